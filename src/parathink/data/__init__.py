@@ -1,0 +1,1 @@
+"""Problem sources (one record schema), the synthetic arithmetic domain and prompt templates."""

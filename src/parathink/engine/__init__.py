@@ -1,0 +1,1 @@
+"""Rollout generation with a KV cache: causal and forked (structured) modes."""

@@ -1,0 +1,1 @@
+"""Answer extraction (last \\boxed{}, else a 'Final Answer:' line) and equivalence through math-verify."""

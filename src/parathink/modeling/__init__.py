@@ -1,0 +1,1 @@
+"""Tokenizer, model factory, tag tokens and structured attention."""

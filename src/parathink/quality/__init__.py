@@ -1,0 +1,1 @@
+"""great-expectations suites run as gates between stages."""

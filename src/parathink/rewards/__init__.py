@@ -1,0 +1,1 @@
+"""Reward functions and schedules of DESIGN.md, a registry chosen by name."""

@@ -1,0 +1,1 @@
+"""One function per curriculum stage, and the runner that chains them."""

@@ -1,0 +1,1 @@
+"""Local and s3:// artifact URIs: read, write atomically, list."""

@@ -1,0 +1,1 @@
+"""Teacher backends that write raw parallel traces (scripted, self, hf, openai, vllm)."""

@@ -1,0 +1,1 @@
+"""Tracking interface (MLflow underneath) and the model registry."""

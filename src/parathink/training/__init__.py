@@ -1,0 +1,1 @@
+"""Training loops: cold-start SFT and the GRPO family."""
