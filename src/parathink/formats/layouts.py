@@ -1,0 +1,227 @@
+"""Structured-attention layouts derived from token ids (DESIGN.md, Layouts).
+
+For the structured (Unseen) variant of Parallel-R1, NPR and ParaThinker, the sequence is one flat list of
+tokens but the paths of a block are computed as if they ran side by side:
+
+- mask: causal, except that tokens of two different paths of one block never see each other; whatever
+  follows the block (its closer, the summary, later text) sees every path.
+- positions: every path of a block starts at p+1, where p is the position of the last token before the
+  block's first path; the token that closes the block (``</Parallel>``, NPR's ``<takeaway>``, ParaThinker's
+  ``<summary>``) gets p + (longest path) + 1 and counting continues from there. Tokens between one path's
+  closing tag and the next path's opening tag (whitespace) belong to the path before them: they take its next
+  positions and are hidden from the other paths.
+- path ids: 0 outside paths, i+1 inside path i (ParaThinker's per-path vector is indexed by these).
+- region: 0 prefix/other, 1 path, 2 summary.
+
+The training forward and the rollout engine both call ``build_layout`` so that what is sampled and what is
+trained agree token for token. Malformed sequences (a truncated rollout, garbage tags inside a path) never
+raise: the scan just carries on, and since both sides use the same function they still agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from parathink.formats.tags import MAX_PARATHINKER_PATHS, TAGS, check_grammar
+
+if TYPE_CHECKING:  # torch is imported lazily: formats must stay light at import time
+    import torch
+
+REGION_OTHER, REGION_PATH, REGION_SUMMARY = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class TagIds:
+    """Token ids of a grammar's tags, grouped by the role they play in the layout."""
+
+    grammar: str
+    ids: Mapping[str, int]  # tag string -> token id
+    block_open: frozenset[int]  # announces a block; empty for ParaThinker (the first thought opens it)
+    path_open: frozenset[int]
+    path_close: frozenset[int]
+    block_close: frozenset[int]  # positioned at p + longest path + 1
+    summary_open: frozenset[int]
+    summary_close: frozenset[int]
+
+    @classmethod
+    def from_mapping(cls, grammar: str, ids: Mapping[str, int]) -> "TagIds":
+        check_grammar(grammar)
+        missing = [t for t in TAGS[grammar] if t not in ids]
+        if missing:
+            raise ValueError(f"tag ids for {grammar!r} lack {', '.join(missing)}")
+
+        def of(*tags: str) -> frozenset[int]:
+            return frozenset(ids[t] for t in tags)
+
+        if grammar == "parallel_r1":
+            roles = dict(block_open=of("<Parallel>"), path_open=of("<Path>"), path_close=of("</Path>"),
+                         block_close=of("</Parallel>"), summary_open=of("<Summary>"),
+                         summary_close=of("</Summary>"))
+        elif grammar == "npr":
+            # NPR forks at </guideline>: the plans are shared prefix, the steps are the paths.
+            roles = dict(block_open=of("</guideline>"), path_open=of("<step>"), path_close=of("</step>"),
+                         block_close=of("<takeaway>"), summary_open=of("<takeaway>"),
+                         summary_close=of("</takeaway>"))
+        else:
+            n = range(1, MAX_PARATHINKER_PATHS + 1)
+            roles = dict(block_open=frozenset(), path_open=of(*(f"<think{i}>" for i in n)),
+                         path_close=of(*(f"</think{i}>" for i in n)), block_close=of("<summary>"),
+                         summary_open=of("<summary>"), summary_close=of("</summary>"))
+        return cls(grammar=grammar, ids=dict(ids), **roles)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, grammar: str) -> "TagIds":
+        """Look each tag up as ONE token; a tag the tokenizer splits or does not know is an error."""
+        check_grammar(grammar)
+        unk = getattr(tokenizer, "unk_token_id", None)
+        ids: dict[str, int] = {}
+        for tag in TAGS[grammar]:
+            tid = tokenizer.convert_tokens_to_ids(tag)
+            if tid is None or (unk is not None and tid == unk):
+                raise ValueError(f"tokenizer has no single token for tag {tag!r} (format {grammar}); "
+                                 "add the tags as special tokens first")
+            ids[tag] = int(tid)
+        return cls.from_mapping(grammar, ids)
+
+
+@dataclass(frozen=True)
+class Layout:
+    attention_mask: "torch.Tensor"  # [L, L] bool, True = query row may attend to key column
+    position_ids: "torch.Tensor"  # [L] long
+    path_ids: "torch.Tensor"  # [L] long, 0 outside paths, i+1 in path i
+    region: "torch.Tensor"  # [L] long, REGION_*
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    attention_mask: "torch.Tensor"  # [B, L, L] bool
+    position_ids: "torch.Tensor"  # [B, L] long
+    path_ids: "torch.Tensor"  # [B, L] long
+    region: "torch.Tensor"  # [B, L] long
+    padding: "torch.Tensor"  # [B, L] bool, True on right padding
+
+
+_OUT, _PENDING, _PATH, _BETWEEN = range(4)
+
+
+def scan(token_ids: Sequence[int], tags: TagIds) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Positions, path ids, block ids (-1 outside paths) and regions of every token; pure Python."""
+    n = len(token_ids)
+    pos, pid, blk, region = [0] * n, [0] * n, [-1] * n, [0] * n
+    next_pos = 0
+    state = _OUT
+    block = -1
+    p = 0  # position of the last token before the block's first path
+    lengths: list[int] = []  # tokens assigned to each path of the current block
+    in_summary = False
+
+    for i, t in enumerate(token_ids):
+        if state == _PATH or (state == _BETWEEN and t not in tags.path_open and t not in tags.block_close):
+            # A token of the current path (or whitespace after it, which stays with it).
+            k = len(lengths) - 1
+            pos[i] = p + 1 + lengths[k]
+            lengths[k] += 1
+            pid[i], blk[i], region[i] = k + 1, block, REGION_PATH
+            if state == _PATH and t in tags.path_close:
+                state = _BETWEEN
+            continue
+        if t in tags.path_open and (state in (_PENDING, _BETWEEN) or (state == _OUT and not tags.block_open)):
+            if state == _OUT:  # ParaThinker: the first thought opens the block
+                block += 1
+                lengths = []
+            if not lengths:
+                p = next_pos - 1
+            lengths.append(1)
+            pos[i], pid[i], blk[i], region[i] = p + 1, len(lengths), block, REGION_PATH
+            state, in_summary = _PATH, False
+            continue
+        if state == _BETWEEN:  # t closes the block
+            pos[i] = p + max(lengths) + 1
+            next_pos = pos[i] + 1
+            state = _OUT
+            if t in tags.summary_open:
+                in_summary = True
+            region[i] = REGION_SUMMARY if in_summary else REGION_OTHER
+            continue
+        # Plain sequential token (prefix, text outside blocks, the summary).
+        pos[i] = next_pos
+        next_pos += 1
+        if t in tags.summary_open:
+            in_summary = True
+        region[i] = REGION_SUMMARY if in_summary else REGION_OTHER
+        if t in tags.summary_close:
+            in_summary = False
+        if state == _OUT and t in tags.block_open:
+            block += 1
+            lengths = []
+            state = _PENDING
+    return pos, pid, blk, region
+
+
+def _mask(pid: "torch.Tensor", blk: "torch.Tensor") -> "torch.Tensor":
+    import torch
+
+    n = pid.shape[-1]
+    causal = torch.ones(n, n, dtype=torch.bool).tril_()
+    in_path = pid > 0
+    both = in_path[:, None] & in_path[None, :]
+    other_path_same_block = both & (blk[:, None] == blk[None, :]) & (pid[:, None] != pid[None, :])
+    return causal & ~other_path_same_block
+
+
+def build_layout(token_ids: Sequence[int] | "torch.Tensor", tags: TagIds, grammar: str | None = None) -> Layout:
+    """The layout of one sequence (prompt + response) of ``len(token_ids)`` tokens."""
+    import torch
+
+    if grammar is not None and grammar != tags.grammar:
+        raise ValueError(f"tag ids are for {tags.grammar!r}, layout asked for {grammar!r}")
+    ids = token_ids.tolist() if hasattr(token_ids, "tolist") else list(token_ids)
+    pos, pid, blk, region = scan(ids, tags)
+    pid_t = torch.tensor(pid, dtype=torch.long)
+    return Layout(
+        attention_mask=_mask(pid_t, torch.tensor(blk, dtype=torch.long)),
+        position_ids=torch.tensor(pos, dtype=torch.long),
+        path_ids=pid_t,
+        region=torch.tensor(region, dtype=torch.long),
+    )
+
+
+def causal_layout(length: int) -> Layout:
+    """The plain causal layout (Seen variant), in the same shape as ``build_layout``."""
+    import torch
+
+    return Layout(
+        attention_mask=torch.ones(length, length, dtype=torch.bool).tril_(),
+        position_ids=torch.arange(length),
+        path_ids=torch.zeros(length, dtype=torch.long),
+        region=torch.zeros(length, dtype=torch.long),
+    )
+
+
+def build_batch_layout(
+    seqs: Sequence[Sequence[int]], tags: TagIds | None, grammar: str | None = None, pad_to: int | None = None
+) -> BatchLayout:
+    """Layouts of a batch, right-padded to the longest sequence (or ``pad_to``).
+
+    ``tags=None`` gives causal layouts. Padding rows attend only to themselves, so no softmax row is empty.
+    """
+    import torch
+
+    length = max([len(s) for s in seqs] + [pad_to or 0])
+    b = len(seqs)
+    mask = torch.zeros(b, length, length, dtype=torch.bool)
+    mask[:, torch.arange(length), torch.arange(length)] = True
+    positions = torch.zeros(b, length, dtype=torch.long)
+    path_ids = torch.zeros(b, length, dtype=torch.long)
+    region = torch.zeros(b, length, dtype=torch.long)
+    padding = torch.ones(b, length, dtype=torch.bool)
+    for row, seq in enumerate(seqs):
+        n = len(seq)
+        lay = causal_layout(n) if tags is None else build_layout(seq, tags, grammar)
+        mask[row, :n, :n] = lay.attention_mask
+        positions[row, :n] = lay.position_ids
+        path_ids[row, :n] = lay.path_ids
+        region[row, :n] = lay.region
+        padding[row, :n] = False
+    return BatchLayout(mask, positions, path_ids, region, padding)
