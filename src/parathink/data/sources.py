@@ -1,0 +1,284 @@
+"""Problem sources: one record schema for every data set, one loader for every place data lives.
+
+Schema (what every stage reads): ``id`` (unique across sources: ``<source>-<native id>``), ``source``,
+``problem``, ``answer`` (a string; math-verify compares it), and ``level`` when the source has one.
+
+Where the rows come from is told by a URI:
+- ``None`` or ``hub:ORG/NAME``: the Hugging Face hub (the source's default id when ``None``), through a lazy
+  ``datasets`` import; our machines cannot reach it, and ``SourceUnavailable`` says so in one line;
+- ``s3://bucket/key.jsonl|.parquet``: boto3, with endpoint, credentials and region from the environment only
+  (``AWS_ENDPOINT_URL``/``AWS_ENDPOINT_URL_S3``, ``AWS_ACCESS_KEY_ID``, ... as boto3 reads them);
+- anything else: a local ``.jsonl``/``.json``/``.parquet`` file, or a directory of them (read in name order).
+
+How a row becomes a record is told by the source's layout (``LAYOUTS``): the column layout each data set has on
+the hub (GSM8K's ``question``/``answer`` with the final answer after ``####``, DAPO-Math-17k's chat ``prompt`` and
+``reward_model.ground_truth``, ...). Local and S3 copies keep the hub's columns, so one layout serves all three.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+REQUIRED_FIELDS = ("id", "source", "problem", "answer")
+
+
+class SourceError(ValueError):
+    """A source that cannot be read as asked; the message names the source, the file and the line."""
+
+
+class SourceUnavailable(SourceError):
+    """The hub (or another remote) cannot be reached from here."""
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+
+def _clean_answer(value: Any) -> str:
+    """Answers as strings; integral floats (AMC23 stores 27.0) lose their ``.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def _gsm8k(row: Mapping, index: int, split: str) -> dict:
+    solution = row["answer"]
+    if "####" not in solution:
+        raise KeyError("answer has no '####' final-answer marker")
+    final = solution.rsplit("####", 1)[1].strip().replace(",", "")
+    return {"id": f"{split}-{index}", "problem": row["question"], "answer": final}
+
+
+# DAPO-Math-17k wraps each problem in an instruction asking for an "Answer:" line; the problem is the middle.
+_DAPO_WRAPPER = re.compile(r"^Solve the following math problem.*?\n\n(?P<problem>.*?)(?:\n\nRemember to put your answer.*)?$",
+                           re.S)
+
+
+def _dapo(row: Mapping, index: int, split: str) -> dict:
+    prompt = row["prompt"]
+    content = prompt[-1]["content"] if isinstance(prompt, (list, tuple)) else str(prompt)
+    m = _DAPO_WRAPPER.match(content)
+    problem = m.group("problem") if m else content
+    extra = row.get("extra_info") or {}
+    return {"id": str(extra.get("index", f"{split}-{index}")), "problem": problem.strip(),
+            "answer": _clean_answer(row["reward_model"]["ground_truth"])}
+
+
+def _math500(row: Mapping, index: int, split: str) -> dict:
+    return {"id": str(row.get("unique_id", index)), "problem": row["problem"], "answer": _clean_answer(row["answer"]),
+            "level": row.get("level")}
+
+
+def _problem_answer(row: Mapping, index: int, split: str) -> dict:
+    """AIME/AMC copies: ``problem`` (or ``question``), ``answer``, optional ``id``."""
+    problem = row["problem"] if row.get("problem") else row["question"]
+    return {"id": str(row.get("id", index)), "problem": problem, "answer": _clean_answer(row["answer"])}
+
+
+def _native(row: Mapping, index: int, split: str) -> dict:
+    """Our own schema (e.g. a file a stage wrote): kept as it is, ids included."""
+    out = {"id": str(row.get("id", index)), "problem": row["problem"], "answer": _clean_answer(row["answer"])}
+    if row.get("level") is not None:
+        out["level"] = row["level"]
+    return out
+
+
+@dataclass(frozen=True)
+class SourceLayout:
+    """A data set: where it lives on the hub and how one of its rows becomes a record."""
+
+    name: str
+    hub_id: str | None
+    hub_config: str | None
+    hub_split: str
+    to_record: Callable[[Mapping, int, str], dict]
+
+
+LAYOUTS: dict[str, SourceLayout] = {
+    lay.name: lay
+    for lay in [
+        SourceLayout("gsm8k", "openai/gsm8k", "main", "train", _gsm8k),
+        SourceLayout("dapo_math_17k", "BytedTsinghua-SIA/DAPO-Math-17k", None, "train", _dapo),
+        SourceLayout("math500", "HuggingFaceH4/MATH-500", None, "test", _math500),
+        SourceLayout("aime24", "HuggingFaceH4/aime_2024", None, "train", _problem_answer),
+        SourceLayout("aime25", "math-ai/aime25", None, "test", _problem_answer),
+        SourceLayout("amc23", "math-ai/amc23", None, "test", _problem_answer),
+        SourceLayout("native", None, None, "train", _native),
+    ]
+}
+
+
+# ---------------------------------------------------------------------------------------------- readers
+
+
+def _rows_from_jsonl_bytes(data: bytes, where: str) -> Iterator[dict]:
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise SourceError(f"{where}:{lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
+        except json.JSONDecodeError as e:
+            raise SourceError(f"{where}:{lineno}: not JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise SourceError(f"{where}:{lineno}: a JSON object was expected, got {type(row).__name__}")
+        yield row
+
+
+def _rows_from_bytes(data: bytes, where: str) -> Iterator[dict]:
+    if where.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except Exception as e:  # pyarrow raises several types for a corrupt file
+            raise SourceError(f"{where}: not a readable Parquet file ({e})") from None
+        yield from table.to_pylist()
+    elif where.endswith((".jsonl", ".json")):
+        yield from _rows_from_jsonl_bytes(data, where)
+    else:
+        raise SourceError(f"{where}: unknown file type; expected .jsonl, .json or .parquet")
+
+
+def _s3_client():
+    import boto3
+
+    # boto3 reads credentials and region from the environment; the endpoint (MinIO, moto) too, explicitly here
+    # so that older boto3 releases without AWS_ENDPOINT_URL support behave the same.
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return boto3.client("s3", endpoint_url=endpoint or None)
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    if not bucket:
+        raise SourceError(f"{uri}: no bucket in the s3:// URI")
+    return bucket, key
+
+
+def _rows_from_s3(uri: str) -> Iterator[dict]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, key = _split_s3(uri)
+    client = _s3_client()
+    try:
+        if key and not key.endswith("/"):
+            keys = [key]
+        else:  # a prefix: every data file under it, in name order
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key)
+            keys = sorted(o["Key"] for p in pages for o in p.get("Contents", [])
+                          if o["Key"].endswith((".jsonl", ".json", ".parquet")))
+            if not keys:
+                raise SourceError(f"{uri}: no .jsonl/.json/.parquet object under this prefix")
+        for k in keys:
+            body = client.get_object(Bucket=bucket, Key=k)["Body"].read()
+            yield from _rows_from_bytes(body, f"s3://{bucket}/{k}")
+    except ClientError as e:
+        raise SourceError(f"{uri}: {e.response.get('Error', {}).get('Message') or e}") from None
+    except BotoCoreError as e:
+        raise SourceUnavailable(f"{uri}: S3 not reachable ({e})") from None
+
+
+def _rows_from_local(path: Path) -> Iterator[dict]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json", ".parquet"))
+        if not files:
+            raise SourceError(f"{path}: no .jsonl/.json/.parquet file in this directory")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise SourceError(f"{path}: no such file or directory")
+    for f in files:
+        yield from _rows_from_bytes(f.read_bytes(), str(f))
+
+
+def _rows_from_hub(hub_id: str, config: str | None, split: str) -> Iterator[dict]:
+    try:
+        import datasets  # lazy: heavy, and useless where the hub is unreachable
+    except ImportError:
+        raise SourceUnavailable(f"hub:{hub_id}: the `datasets` package is not installed; pass a local "
+                                f"JSONL/Parquet path or an s3:// URI instead") from None
+    try:
+        ds = datasets.load_dataset(hub_id, config, split=split)
+    except Exception as e:  # offline / DNS / 404 all end here; say which set could not be had
+        raise SourceUnavailable(f"hub:{hub_id} ({split}) is not reachable: {type(e).__name__}: {e}. "
+                                f"Pass a local JSONL/Parquet path or an s3:// URI instead") from None
+    yield from ds
+
+
+def read_rows(uri: str | os.PathLike) -> Iterator[dict]:
+    """The raw rows (dicts) at a local path or s3:// URI, in file order."""
+    uri = str(uri)
+    if uri.startswith("s3://"):
+        return _rows_from_s3(uri)
+    return _rows_from_local(Path(uri))
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def _to_record(layout: SourceLayout, row: Mapping, index: int, split: str, where: str) -> dict:
+    try:
+        fields = layout.to_record(row, index, split)
+    except (KeyError, TypeError, IndexError) as e:
+        raise SourceError(f"{where}: row {index + 1} does not have the {layout.name} layout "
+                          f"(missing or malformed {e}); columns: {sorted(row)}") from None
+    if not str(fields["problem"]).strip() or fields["answer"] in ("", "None"):
+        raise SourceError(f"{where}: row {index + 1} has an empty problem or answer")
+    record = {"id": f"{layout.name}-{fields['id']}" if layout.name != "native" else fields["id"],
+              "source": row.get("source", layout.name) if layout.name == "native" else layout.name,
+              "problem": str(fields["problem"]), "answer": fields["answer"]}
+    if fields.get("level") is not None:
+        record["level"] = fields["level"]
+    return record
+
+
+def load_source(name: str, uri: str | os.PathLike | None = None, *, split: str | None = None,
+                limit: int | None = None) -> list[dict]:
+    """Records of source ``name`` (a key of ``LAYOUTS``) from ``uri`` (see the module docstring)."""
+    if name not in LAYOUTS:
+        raise SourceError(f"unknown source {name!r}; expected one of {sorted(LAYOUTS)} or 'synthetic'")
+    layout = LAYOUTS[name]
+    split = split or layout.hub_split
+    if uri is None or str(uri).startswith("hub:"):
+        hub_id = str(uri)[len("hub:"):] if uri is not None else layout.hub_id
+        if hub_id is None:
+            raise SourceError(f"source {name!r} has no hub id; give a local path or s3:// URI")
+        rows: Iterable[dict] = _rows_from_hub(hub_id, layout.hub_config, split)
+        where = f"hub:{hub_id}"
+    else:
+        rows, where = read_rows(uri), str(uri)
+    records, seen = [], set()
+    for i, row in enumerate(rows):
+        if limit is not None and len(records) >= limit:
+            break
+        rec = _to_record(layout, row, i, split, where)
+        if rec["id"] in seen:
+            raise SourceError(f"{where}: row {i + 1} repeats id {rec['id']!r}")
+        seen.add(rec["id"])
+        records.append(rec)
+    return records
+
+
+def load_problems(spec: Mapping[str, Any], seed: int = 0) -> list[dict]:
+    """Problems from one config entry: ``{source: synthetic, level, split, n, seed?}`` or
+    ``{source: gsm8k|dapo_math_17k|..., uri?, split?, limit?}``."""
+    spec = dict(spec)
+    source = spec.get("source")
+    if source == "synthetic":
+        from parathink.data import synthetic
+
+        missing = [k for k in ("level", "split", "n") if spec.get(k) is None]
+        if missing:
+            raise SourceError(f"synthetic problem set {spec} lacks {missing}")
+        records = synthetic.generate(spec["level"], spec["split"], int(spec["n"]), int(spec.get("seed", seed)))
+        return records
+    if not source:
+        raise SourceError(f"problem set {spec} has no 'source'")
+    return load_source(source, spec.get("uri"), split=spec.get("split"), limit=spec.get("limit"))
