@@ -1,11 +1,12 @@
-"""Group-relative advantage estimators of the GRPO family, registered by name.
+"""Group-relative advantage estimators of the GRPO family, registered by name (verl's core_algos habit).
 
-Every estimator takes the scalar rewards of one step laid out group by group (``[N, G]``: N prompts, G
-rollouts each) and returns one advantage per rollout of the same shape. The trainer broadcasts it over the
-rollout's tokens. Config picks one with ``advantage: <name>``.
+Every estimator takes the scalar rewards of one step as a flat vector ``[M]`` with the group (problem) index
+of each rollout ``[M]``, and returns one advantage per rollout ``[M]``; the trainer broadcasts it over the
+rollout's tokens. Groups may differ in size (after PAPO drops broken rollouts), but each needs >= 2 members.
+Config picks one with ``advantage: <name>``.
 
-- ``group_std``: GRPO (Shao et al. 2024, DeepSeekMath §4.1.2), (r - mean_group) / (std_group + eps).
-- ``batch_std``: PAPO (NPR, §3.3), (r - mean_group) / (std_batch + eps): one scale for the whole batch, so a
+- ``group_std``: GRPO (DeepSeekMath §4.1.2), (r - mean_group) / (std_group + eps).
+- ``batch_std``: PAPO (NPR §3.3), (r - mean_group) / (std_batch + eps): one scale for the whole batch, so a
   group whose rewards barely differ is not blown up to unit variance.
 - ``none``: Dr. GRPO (Liu et al. 2025) and nanochat's chat_rl, r - mean_group, no scaling at all.
 """
@@ -16,7 +17,7 @@ from typing import Callable
 
 import torch
 
-AdvantageFn = Callable[[torch.Tensor, float], torch.Tensor]
+AdvantageFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 ADVANTAGES: dict[str, AdvantageFn] = {}
 
@@ -36,38 +37,47 @@ def get_advantage(name: str) -> AdvantageFn:
         raise KeyError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}") from None
 
 
-def _centred(rewards: torch.Tensor) -> torch.Tensor:
-    if rewards.dim() != 2 or rewards.shape[1] < 2:
-        raise ValueError(f"rewards must be [prompts, group>=2], got shape {tuple(rewards.shape)}")
-    return rewards - rewards.mean(dim=1, keepdim=True)  # [N, G]
+def group_stats(rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-rollout group mean and unbiased group std, both [M]. ``groups`` holds ids 0..n-1, each >= 2 times."""
+    if rewards.dim() != 1 or rewards.shape != groups.shape:
+        raise ValueError(f"rewards and groups must both be [M], got {tuple(rewards.shape)} and {tuple(groups.shape)}")
+    n = int(groups.max()) + 1 if groups.numel() else 0
+    count = torch.zeros(n, dtype=rewards.dtype).index_add_(0, groups, torch.ones_like(rewards))  # [n]
+    if bool((count < 2).any()):
+        bad = int(torch.nonzero(count < 2)[0])
+        raise ValueError(f"group {bad} has {int(count[bad])} rollout(s); every group needs >= 2")
+    mean = torch.zeros(n, dtype=rewards.dtype).index_add_(0, groups, rewards) / count  # [n]
+    sq = (rewards - mean[groups]) ** 2  # [M]
+    std = (torch.zeros(n, dtype=rewards.dtype).index_add_(0, groups, sq) / (count - 1)).sqrt()  # [n]
+    return mean[groups], std[groups]
 
 
 @register_advantage("group_std")
-def group_std(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO: each group centred and scaled by its own (unbiased) std. [N, G] -> [N, G]."""
-    centred = _centred(rewards)
-    std = rewards.std(dim=1, keepdim=True)  # [N, 1]
-    return centred / (std + eps)
+def group_std(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO: each group centred and scaled by its own std. [M] -> [M]."""
+    mean, std = group_stats(rewards, groups)
+    return (rewards - mean) / (std + eps)
 
 
 @register_advantage("batch_std")
-def batch_std(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """PAPO: centred per group, scaled by the std of every reward of the batch. [N, G] -> [N, G]."""
-    centred = _centred(rewards)
-    std = rewards.std() if rewards.numel() > 1 else rewards.new_zeros(())
-    return centred / (std + eps)
+def batch_std(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """PAPO: centred per group, scaled by the std of every reward of the batch. [M] -> [M]."""
+    mean, _ = group_stats(rewards, groups)
+    return (rewards - mean) / (rewards.std() + eps)
 
 
 @register_advantage("none")
-def no_scaling(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Dr. GRPO / nanochat: centred per group, not scaled. [N, G] -> [N, G]."""
-    return _centred(rewards)
+def no_scaling(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Dr. GRPO / nanochat: centred per group, not scaled. [M] -> [M]."""
+    mean, _ = group_stats(rewards, groups)
+    return rewards - mean
 
 
-def zero_variance_groups(rewards: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:
-    """Bool [N]: groups whose rollouts all scored the same, so their advantages are all zero.
+def zero_variance(rewards: torch.Tensor, groups: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:
+    """Bool [M]: rollouts whose whole group scored the same, so their advantages are all zero.
 
-    DAPO's dynamic sampling (Yu et al. 2025, §3.2) drops them: they add tokens to the loss's denominator
-    and nothing to its gradient.
+    DAPO's dynamic sampling (Yu et al. 2025, §3.2) drops them: they add tokens to the loss's denominator and
+    nothing to its gradient.
     """
-    return (rewards.max(dim=1).values - rewards.min(dim=1).values) <= tol
+    _, std = group_stats(rewards, groups)
+    return std <= tol

@@ -1,0 +1,126 @@
+"""The settings of every GRPO-family stage (rl_easy, rl_hard, rl_scaffold, grpo_baseline), checked before any rollout.
+
+Each field is documented where it is declared and grouped by concern (TRL's GRPOConfig habit); the values of the
+tiny default and their trade-offs live in ``hydra_conf/stage/<stage>.yaml``. ``from_cfg`` turns a stage's config
+node into an ``RLConfig`` and raises ``ValueError`` naming ``<stage>.<key>`` for any value that cannot work,
+so a bad config fails in ``validate(cfg)`` before a model is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from parathink.training.advantages import ADVANTAGES
+from parathink.training.losses import AGGREGATIONS, POLICY_LOSSES, LossSpec
+
+ENGINE_MODES = ("causal", "structured")
+MIXED_PRECISION = ("no", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    # --- start, data, reward (Parallel-R1 §3.3: which model, which problems, which schedule) ---
+    init_from: str = "sft"  # earlier stage whose ``model/`` is the starting policy
+    level: str = "hard"  # synthetic problem level (parathink.data.synthetic)
+    num_problems: int = 4000  # train problems drawn once; steps cycle through them, reshuffled each epoch
+    reward: str = "accuracy"  # reward schedule name in parathink.rewards
+    scaffold_steps: int = 200  # reward=scaffold: alternating S2 reward up to this step, accuracy after (§4.3)
+    mode: str = "structured"  # engine mode: causal (Seen) or structured (Unseen, paths forked)
+    num_paths: int = 2  # paths per block in structured mode
+
+    # --- rollouts ---
+    steps: int = 100  # optimiser steps (each on freshly sampled rollouts)
+    prompts_per_step: int = 16  # problems per step
+    group_size: int = 8  # rollouts per problem, GRPO's G (>= 2: a group of one has no baseline)
+    token_budget: int = 160  # tokens per rollout, prompt included and every branch counted
+    temperature: float = 1.0  # sampling temperature
+    top_p: float = 1.0  # nucleus sampling threshold
+
+    # --- objective (DeepSeekMath eq. 3; DAPO; NPR's PAPO) ---
+    advantage: str = "group_std"  # parathink.training.advantages registry
+    policy_loss: str = "clipped"  # parathink.training.losses registry
+    loss_agg: str = "token_mean"  # token_mean (DAPO) or seq_mean (GRPO)
+    eps_low: float = 0.2  # lower clip of the ratio
+    eps_high: float = 0.2  # upper clip of the ratio (DAPO clip-higher when > eps_low)
+    kl_coef: float = 0.0  # k3 KL to the frozen start model; 0 loads no reference model
+    drop_zero_variance: bool = False  # DAPO dynamic sampling without refill: drop all-same-reward groups
+    drop_invalid_format: bool = False  # PAPO / NPR: drop rollouts that break the format before the update
+    updates_per_step: int = 1  # optimiser passes over one step's rollouts (PPO epochs, each one step)
+    micro_batch_size: int = 64  # rollouts per forward/backward (gradient accumulation inside a step)
+
+    # --- optimiser ---
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0  # linear warm-up, then constant
+    grad_clip: float = 1.0  # max global gradient norm (<= 0 disables)
+
+    # --- robustness and bookkeeping ---
+    max_nan_steps: int = 3  # consecutive steps with a NaN loss or reward before training stops
+    checkpoint_every: int = 25  # steps between resumable checkpoints in the work dir
+    mixed_precision: str = "no"  # accelerate's mixed precision
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys the stage file adds (``enabled``)
+
+    @property
+    def loss_spec(self) -> LossSpec:
+        return LossSpec(policy_loss=self.policy_loss, loss_agg=self.loss_agg, eps_low=self.eps_low,
+                        eps_high=self.eps_high, kl_coef=self.kl_coef)
+
+    @property
+    def reward_params(self) -> dict[str, int]:
+        return {"switch_step": self.scaffold_steps} if self.reward == "scaffold" else {}
+
+    @classmethod
+    def from_cfg(cls, node: Mapping[str, Any], stage: str) -> "RLConfig":
+        """Build and check; every error names ``<stage>.<key>`` and what was wrong."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        values = {k: node[k] for k in node if k in known}
+        extra = {k: node[k] for k in node if k not in known}
+        unexpected = sorted(set(extra) - {"enabled"})
+        if unexpected:
+            raise ValueError(f"{stage}.{unexpected[0]}: unknown RL setting")
+        if "betas" in values:
+            values["betas"] = tuple(float(b) for b in values["betas"])
+        cfg = cls(**values, extra=extra)
+        cfg.check(stage)
+        return cfg
+
+    def check(self, stage: str) -> None:
+        from parathink.rewards import REWARDS
+
+        def bad(key: str, why: str) -> ValueError:
+            return ValueError(f"{stage}.{key}={getattr(self, key)!r}: {why}")
+
+        for key, registry in (("advantage", ADVANTAGES), ("policy_loss", POLICY_LOSSES),
+                              ("loss_agg", AGGREGATIONS), ("reward", REWARDS)):
+            if getattr(self, key) not in registry:
+                raise bad(key, f"unknown {key.replace('_', ' ')}; expected one of {sorted(registry)}")
+        if self.mode not in ENGINE_MODES:
+            raise bad("mode", f"expected one of {ENGINE_MODES}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise bad("mixed_precision", f"expected one of {MIXED_PRECISION}")
+        if self.level not in ("easy", "hard"):
+            raise bad("level", "expected easy or hard")
+        if self.group_size < 2:
+            raise bad("group_size", "a group needs >= 2 rollouts (one rollout has no group baseline)")
+        for key in ("steps", "prompts_per_step", "num_problems", "token_budget", "updates_per_step",
+                    "micro_batch_size", "max_nan_steps", "checkpoint_every"):
+            if int(getattr(self, key)) < 1:
+                raise bad(key, "must be >= 1")
+        if self.num_paths < 2:
+            raise bad("num_paths", "a block needs >= 2 paths")
+        if not self.temperature > 0:
+            raise bad("temperature", "must be > 0 (sampling is what GRPO learns from)")
+        if not 0 < self.top_p <= 1:
+            raise bad("top_p", "must be in (0, 1]")
+        if not self.lr > 0:
+            raise bad("lr", "must be > 0")
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise bad("eps_low", "need 0 <= eps_low < 1 and eps_high >= 0")
+        if self.kl_coef < 0:
+            raise bad("kl_coef", "must be >= 0")
+        if self.warmup_steps < 0:
+            raise bad("warmup_steps", "must be >= 0")
+        if self.policy_loss == "on_policy" and self.updates_per_step > 1:
+            raise bad("updates_per_step", "the strict on-policy loss (PAPO) allows one update per rollout batch")
