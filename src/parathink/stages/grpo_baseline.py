@@ -1,0 +1,21 @@
+"""grpo_baseline: the comparison run of Parallel-R1 Table 2, plain GRPO on hard problems from the base
+model, causal mode, accuracy reward, no parallel SFT.
+
+Settings: hydra_conf/stage/grpo_baseline.yaml. The loop is parathink.training.rl (shared by every GRPO-family stage).
+"""
+
+from __future__ import annotations
+
+STAGE = "grpo_baseline"
+
+
+def validate(cfg) -> None:
+    from parathink.training.rl import stage_config
+
+    stage_config(cfg, STAGE)
+
+
+def run(cfg, ctx) -> dict[str, float]:
+    from parathink.training.rl import run_stage
+
+    return run_stage(cfg, ctx, STAGE)

@@ -1,0 +1,21 @@
+"""rl_easy: GRPO on easy problems with the R_parallel x R_acc reward, from the cold-start SFT model
+(Parallel-R1 §3.3, stage 1 of RL: make the model *use* the parallel format before the problems get hard).
+
+Settings: hydra_conf/stage/rl_easy.yaml. The loop is parathink.training.rl (shared by every GRPO-family stage).
+"""
+
+from __future__ import annotations
+
+STAGE = "rl_easy"
+
+
+def validate(cfg) -> None:
+    from parathink.training.rl import stage_config
+
+    stage_config(cfg, STAGE)
+
+
+def run(cfg, ctx) -> dict[str, float]:
+    from parathink.training.rl import run_stage
+
+    return run_stage(cfg, ctx, STAGE)

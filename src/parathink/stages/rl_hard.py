@@ -1,0 +1,20 @@
+"""rl_hard: GRPO on hard problems with the accuracy reward, from rl_easy (Parallel-R1 §3.3, stage 2 of RL).
+
+Settings: hydra_conf/stage/rl_hard.yaml. The loop is parathink.training.rl (shared by every GRPO-family stage).
+"""
+
+from __future__ import annotations
+
+STAGE = "rl_hard"
+
+
+def validate(cfg) -> None:
+    from parathink.training.rl import stage_config
+
+    stage_config(cfg, STAGE)
+
+
+def run(cfg, ctx) -> dict[str, float]:
+    from parathink.training.rl import run_stage
+
+    return run_stage(cfg, ctx, STAGE)

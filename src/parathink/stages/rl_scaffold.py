@@ -1,0 +1,21 @@
+"""rl_scaffold: hard problems with the S2 alternating reward for the first steps, then accuracy alone
+(Parallel-R1 §4.3 and §5, "parallel thinking as a mid-training exploration scaffold").
+
+Settings: hydra_conf/stage/rl_scaffold.yaml. The loop is parathink.training.rl (shared by every GRPO-family stage).
+"""
+
+from __future__ import annotations
+
+STAGE = "rl_scaffold"
+
+
+def validate(cfg) -> None:
+    from parathink.training.rl import stage_config
+
+    stage_config(cfg, STAGE)
+
+
+def run(cfg, ctx) -> dict[str, float]:
+    from parathink.training.rl import run_stage
+
+    return run_stage(cfg, ctx, STAGE)

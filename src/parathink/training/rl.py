@@ -1,0 +1,303 @@
+"""The GRPO family in one loop: rl_easy, rl_hard, rl_scaffold and grpo_baseline differ only in config.
+
+Per step (Parallel-R1 §3.3; DeepSeekMath §4.1 for GRPO):
+1. draw ``prompts_per_step`` problems (a pure function of seed and step, so a resumed run draws the same);
+2. sample ``group_size`` rollouts per problem with ``parathink.engine`` in the configured mode: causal (Seen,
+   one stream) or structured (paths forked as rows sharing the prefix's KV cache, Unseen layout);
+3. grade, parse and reward them with the step's reward schedule (``parathink.rewards``);
+4. group-relative advantages; PAPO / DAPO drops (``rl_rollouts.assemble``);
+5. recompute log-probs under the *same* layout the engine sampled with, and take ``updates_per_step``
+   optimiser steps on the clipped (GRPO) or strict on-policy (PAPO) loss;
+6. log, checkpoint.
+
+Where this departs from the papers, and why:
+- No refill after DAPO's zero-variance drop: the step trains on fewer rollouts instead of sampling more (a
+  bounded step time matters more on 2 cores than a constant batch).
+- The old log-probs are the engine's, not a second forward: the engine is tested to report what the training
+  forward recomputes (<= 1e-4 in fp32), so with one update per step the ratio is 1 and clipping is inactive, as
+  in a strictly on-policy run. Clipping acts from the second pass on (``updates_per_step`` > 1).
+- The reference model (KL) is loaded only when ``kl_coef`` > 0; Parallel-R1's public runs use no KL.
+
+accelerate sits underneath: on a GPU node DeepSpeed ZeRO or FSDP come from ``accelerate launch --config_file``;
+nothing here changes. (ZeRO-3 would need the engine to gather parameters before sampling: not done yet.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from parathink.training import rl_checkpoint
+from parathink.training.losses import NORMALISERS, grpo_loss
+from parathink.training.rl_config import RLConfig
+from parathink.training.rl_rollouts import Rollout, StepBatch, assemble, problems_for_step, score, step_metrics
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many steps in a row produced a NaN loss or reward."""
+
+
+@dataclass
+class Problem:
+    id: str
+    prompt_ids: list[int]
+    answer: Any
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# setup
+
+
+def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Problem]:
+    """Draw the train problems and tokenize their prompts; refuse any prompt that leaves no response budget."""
+    from parathink.data.prompts import build_prompt
+    from parathink.data.synthetic import generate
+
+    out = []
+    for rec in generate(cfg.level, "train", cfg.num_problems, seed):
+        ids = tokenizer(build_prompt(rec["problem"], tokenizer), add_special_tokens=False)["input_ids"]
+        if len(ids) >= cfg.token_budget:
+            raise ValueError(f"{stage}.token_budget={cfg.token_budget}: smaller than the prompt of problem "
+                             f"{rec['id']} ({len(ids)} tokens); raise the budget")
+        out.append(Problem(id=str(rec["id"]), prompt_ids=ids, answer=rec["answer"]))
+    return out
+
+
+def build_optimizer(model, cfg: RLConfig):
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            betas=cfg.betas, weight_decay=cfg.weight_decay)
+    warm = max(0, cfg.warmup_steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warm) if warm else 1.0)
+    return opt, sched
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one step
+
+
+def step_seed(seed: int, step: int) -> int:
+    return (seed * 1_000_003 + step * 7_919) % (2**31 - 1)
+
+
+@torch.no_grad()
+def sample_step(engine, problems: list[Problem], cfg: RLConfig, reward_fn, grammar: str, step: int,
+                seed: int) -> list[Rollout]:
+    """Sample, grade and reward ``group_size`` rollouts for each of ``problems``."""
+    from parathink.engine import SamplingConfig
+
+    torch.manual_seed(step_seed(seed, step))
+    rollouts: list[Rollout] = []
+    for g, prob in enumerate(problems):
+        sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
+                                  max_new_tokens=cfg.token_budget - len(prob.prompt_ids))
+        for sample in engine.generate(prob.prompt_ids, sampling, num_samples=cfg.group_size):
+            rollouts.append(score(g, sample, sample.text, prob.answer, grammar, reward_fn, step))
+    return rollouts
+
+
+def policy_logprobs(engine, model, samples: list[Any], with_entropy: bool) -> tuple[torch.Tensor, ...]:
+    """Per-token log-probs [B, T] (and entropies [B, T]) of the samples' response tokens under ``model``,
+    recomputed by the engine's function under the layout each sample was generated with."""
+    from parathink.engine import recompute_logprobs
+
+    return recompute_logprobs(model, engine, samples, with_entropy=with_entropy)
+
+
+def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: StepBatch,
+           cfg: RLConfig) -> dict[str, float]:
+    """``updates_per_step`` optimiser steps on the step's kept rollouts; returns loss statistics.
+
+    Raises FloatingPointError (after zeroing the gradients) when the loss or the gradient is not finite.
+    """
+    rollouts = batch.rollouts
+    spec = cfg.loss_spec
+    totals = {"loss": 0.0, "tokens": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+    # Old log-probs and loss masks are the engine's (padded with zeros: masked out of every sum).
+    old = _pad([torch.as_tensor(r.sample.logprobs, dtype=torch.float32) for r in rollouts])  # [B, T]
+    mask = _pad([torch.as_tensor(r.sample.loss_mask, dtype=torch.float32) for r in rollouts])  # [B, T]
+    adv = torch.tensor([r.advantage for r in rollouts], dtype=torch.float32)  # [B]
+    normaliser = NORMALISERS[cfg.loss_agg](mask)
+    ref = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref = torch.cat([policy_logprobs(engine, ref_model, [r.sample for r in rollouts[i:i + cfg.micro_batch_size]],
+                                             False)[0] for i in range(0, len(rollouts), cfg.micro_batch_size)])
+    model.train()
+    for _ in range(cfg.updates_per_step):
+        for i in range(0, len(rollouts), cfg.micro_batch_size):
+            j = min(i + cfg.micro_batch_size, len(rollouts))
+            logp, entropy = policy_logprobs(engine, model, [r.sample for r in rollouts[i:j]], True)  # [b, T]
+            t = logp.shape[1]
+            loss, stats = grpo_loss(spec, logp, old[i:j, :t], adv[i:j], mask[i:j, :t], normaliser,
+                                    None if ref is None else ref[i:j, :t])
+            if not torch.isfinite(loss):
+                optimizer.zero_grad(set_to_none=True)
+                raise FloatingPointError(f"loss is {loss.item()}")
+            accelerator.backward(loss)
+            totals["loss"] += loss.item()
+            totals["tokens"] += stats["tokens"].item()
+            totals["clipped"] += stats["clipped"].item()
+            totals["kl"] += stats.get("kl", torch.zeros(())).item()
+            totals["entropy"] += (entropy.detach() * mask[i:j, :t]).sum().item()
+        norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip > 0 else None
+        if norm is not None and not torch.isfinite(torch.as_tensor(norm)):
+            optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"gradient norm is {float(norm)}")
+        totals["grad_norm"] += float(norm) if norm is not None else 0.0
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    n, tok = cfg.updates_per_step, max(1.0, totals["tokens"])
+    return {"loss": totals["loss"] / n, "clip_frac": totals["clipped"] / tok, "entropy": totals["entropy"] / tok,
+            "kl": totals["kl"] / tok if ref is not None else float("nan"), "grad_norm": totals["grad_norm"] / n,
+            "lr": scheduler.get_last_lr()[0]}
+
+
+def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=0.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the loop
+
+
+def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model_cfg=None) -> dict[str, float]:
+    """Run the configured GRPO-family stage from ``init_dir``; write ``model/`` and ``metrics.jsonl`` to out_dir."""
+    from accelerate import Accelerator
+
+    from parathink.engine import Engine
+    from parathink.modeling import load_model, save_model
+    from parathink.rewards import get_reward
+
+    reward_fn = get_reward(cfg.reward, **cfg.reward_params)
+    dtype = (model_cfg or {}).get("dtype", "float32") if model_cfg is not None else "float32"
+    model, tokenizer = load_model(init_dir, dtype=dtype)
+    problems = setup_problems(cfg, tokenizer, ctx.seed, stage)  # before any rollout: budget errors first
+    ref_model = load_model(init_dir, dtype=dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
+    optimizer, scheduler = build_optimizer(model, cfg)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if ref_model is not None:
+        ref_model = ref_model.to(accelerator.device)
+    policy = accelerator.unwrap_model(model)
+    engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths)
+
+    metrics_path = Path(ctx.work_dir) / "metrics.jsonl"
+    start, nan_run = 0, 0
+    ckpt = rl_checkpoint.latest(Path(ctx.work_dir))
+    if ckpt is not None:
+        state = rl_checkpoint.load(accelerator, ckpt)
+        start, nan_run = int(state["step"]), int(state.get("nan_run", 0))
+        _truncate_metrics(metrics_path, start)
+    elif metrics_path.exists():
+        metrics_path.unlink()
+    ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k != "extra"})
+
+    history: list[dict[str, float]] = []
+    for step in range(start + 1, cfg.steps + 1):
+        t0 = time.perf_counter()
+        chosen = [problems[i] for i in problems_for_step(len(problems), cfg.prompts_per_step, step, ctx.seed)]
+        rollouts = sample_step(engine, chosen, cfg, reward_fn, grammar, step, ctx.seed)
+        t1 = time.perf_counter()
+        batch = assemble(rollouts, cfg.group_size, cfg.advantage, cfg.drop_zero_variance, cfg.drop_invalid_format)
+        record = step_metrics(batch, tokenizer)
+        skipped = ""
+        if batch.nan_reward:
+            skipped = "NaN reward"
+        elif batch.rollouts:
+            try:
+                record.update(update(accelerator, model, ref_model, engine, optimizer, scheduler, batch, cfg))
+            except FloatingPointError as e:
+                skipped = f"NaN loss ({e})"
+        t2 = time.perf_counter()
+        nan_run = nan_run + 1 if skipped else 0
+        gen_tokens = sum(r.n_tokens for r in rollouts)
+        record.update({"step": step, "skipped_nan": float(bool(skipped)), "rollout_s": t1 - t0,
+                       "update_s": t2 - t1, "tokens_per_s": gen_tokens / max(t1 - t0, 1e-9)})
+        ctx.tracker.log_metrics(record, step=step)
+        with metrics_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(record)) + "\n")
+        history.append(record)
+        if skipped and nan_run >= cfg.max_nan_steps:
+            raise TrainingDiverged(f"{stage}: {nan_run} steps in a row skipped (last at step {step}: {skipped}); "
+                                   f"stopping (max_nan_steps={cfg.max_nan_steps}). Lower {stage}.lr or check the rewards.")
+        if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+            accelerator.wait_for_everyone()
+            rl_checkpoint.save(accelerator, Path(ctx.work_dir), step, {"nan_run": nan_run})
+
+    accelerator.wait_for_everyone()
+    save_model(accelerator.unwrap_model(model), tokenizer, Path(ctx.out_dir) / "model")
+    if metrics_path.exists():
+        (Path(ctx.out_dir) / "metrics.jsonl").write_text(metrics_path.read_text(encoding="utf-8"), encoding="utf-8")
+    return summarise(_read_metrics(metrics_path))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bookkeeping
+
+
+def _jsonable(record: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+
+
+def _read_metrics(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _truncate_metrics(path: Path, last_step: int) -> None:
+    """Drop lines logged after the checkpoint we resume from (the steps will be redone identically)."""
+    rows = [r for r in _read_metrics(path) if r["step"] <= last_step]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def summarise(rows: list[dict], window: int = 10) -> dict[str, float]:
+    """The stage's returned metrics: first and last ``window`` steps' reward and accuracy, totals."""
+    def mean(key: str, part: list[dict]) -> float:
+        vals = [r[key] for r in part if r.get(key) is not None]
+        return float(sum(vals) / len(vals)) if vals else float("nan")
+
+    if not rows:
+        return {}
+    head, tail = rows[:window], rows[-window:]
+    return {
+        "steps": float(len(rows)),
+        "reward_first": mean("reward_mean", head), "reward_last": mean("reward_mean", tail),
+        "accuracy_first": mean("accuracy", head), "accuracy_last": mean("accuracy", tail),
+        "parallel_rate_last": mean("parallel_rate", tail),
+        "relative_position_last": mean("relative_position", tail),
+        "skipped_nan_steps": float(sum(r.get("skipped_nan", 0) for r in rows)),
+        "seconds": float(sum(r["rollout_s"] + r["update_s"] for r in rows)),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the stage entry points (parathink/stages/rl_*.py and grpo_baseline.py are one line each around these)
+
+
+def stage_config(cfg, stage: str) -> RLConfig:
+    """The stage's RLConfig; a bad value raises the runner's ConfigError naming ``<stage>.<key>``."""
+    from omegaconf import OmegaConf
+
+    from parathink.stages.context import ConfigError
+
+    try:
+        return RLConfig.from_cfg(OmegaConf.to_container(cfg[stage], resolve=True), stage)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def run_stage(cfg, ctx, stage: str) -> dict[str, float]:
+    """Start from ``<init_from>/model`` and train; the common body of every GRPO-family stage."""
+    rl_cfg = stage_config(cfg, stage)
+    init_dir = Path(ctx.input(rl_cfg.init_from)) / "model"
+    return train(rl_cfg, ctx, init_dir, stage=stage, grammar=str(cfg.format), model_cfg=cfg.get("model"))

@@ -1,0 +1,57 @@
+"""Every GRPO-family stage's config composes, validates, and refuses bad values with the key named."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from parathink.stages.context import ConfigError
+
+CONF = str(Path(__file__).resolve().parents[2] / "hydra_conf")
+STAGES = ["rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline"]
+
+
+def _cfg(overrides=()):
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_default_config_validates(stage):
+    importlib.import_module(f"parathink.stages.{stage}").validate(_cfg())
+
+
+def test_schedules_and_modes_per_stage():
+    from parathink.training.rl import stage_config
+
+    cfg = _cfg()
+    got = {s: (stage_config(cfg, s).reward, stage_config(cfg, s).init_from, stage_config(cfg, s).mode) for s in STAGES}
+    assert got["rl_easy"][:2] == ("parallel_x_accuracy", "sft")
+    assert got["rl_hard"][:2] == ("accuracy", "rl_easy")
+    assert got["rl_scaffold"][:2] == ("scaffold", "rl_easy")
+    assert got["grpo_baseline"] == ("accuracy", "base", "causal")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("rl_hard.advantage=gae", "rl_hard.advantage"),
+    ("rl_hard.policy_loss=ppo2", "rl_hard.policy_loss"),
+    ("rl_hard.loss_agg=mean", "rl_hard.loss_agg"),
+    ("rl_hard.reward=format_only", "rl_hard.reward"),
+    ("rl_hard.group_size=1", "rl_hard.group_size"),
+    ("rl_hard.token_budget=0", "rl_hard.token_budget"),
+    ("rl_hard.mode=tree", "rl_hard.mode"),
+    ("rl_hard.temperature=0", "rl_hard.temperature"),
+    ("rl_easy.level=medium", "rl_easy.level"),
+])
+def test_bad_values_fail_in_validate_naming_the_key(override, key):
+    stage = key.split(".")[0]
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        importlib.import_module(f"parathink.stages.{stage}").validate(_cfg([override]))
+
+
+def test_on_policy_loss_refuses_several_passes():
+    from parathink.stages import rl_hard
+
+    with pytest.raises(ConfigError, match="rl_hard.updates_per_step"):
+        rl_hard.validate(_cfg(["rl_hard.policy_loss=on_policy", "rl_hard.updates_per_step=2"]))
