@@ -1,0 +1,75 @@
+"""Evaluate one model on one problem set: sample k responses per problem, grade, score the format.
+
+The sampler is any ``TextGenerator``: ``(prompts, num_samples) -> list[list[str]]`` (prompt-major), which
+is ``Engine.generate_texts`` with its sampling settings bound. Keeping it a plain callable lets tests score
+hand-written responses through exactly the same code as the eval stage.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from parathink.data.prompts import build_prompt
+from parathink.evaluation.metrics import best_at_k, maj_at_k, mean_at_k, mean_pass_at_k
+from parathink.formats import parse
+from parathink.formats.metrics import relative_position, summarize
+from parathink.grading import grade
+
+TextGenerator = Callable[[Sequence[str], int], list[list[str]]]
+
+
+def score_sample(response: str, gold: str, grammar: str, tokenizer: Any = None) -> dict:
+    """Every verdict about one response that a metric or a reward reads."""
+    trace = parse(response, grammar)
+    extracted, correct = grade(response, gold)
+    length = len(tokenizer.encode(response, add_special_tokens=False)) if tokenizer is not None else len(response)
+    return {"response": response, "extracted": extracted, "correct": bool(correct), "valid": trace.valid,
+            "parallel": trace.parallel, "errors": list(trace.errors), "blocks": len(trace.blocks),
+            "relative_position": relative_position(trace, tokenizer), "length": length}
+
+
+def score_problem(record: dict, responses: Sequence[str], grammar: str, tokenizer: Any = None) -> dict:
+    samples = [score_sample(r, record["answer"], grammar, tokenizer) for r in responses]
+    c = sum(s["correct"] for s in samples)
+    return {"id": record["id"], "problem": record["problem"], "answer": record["answer"],
+            "level": record.get("level"), "n": len(samples), "correct": c,
+            "accuracy": c / len(samples) if samples else 0.0, "samples": samples}
+
+
+def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> dict:
+    """The set's row of results.json from its per-problem records."""
+    correct = [[s["correct"] for s in p["samples"]] for p in problems]
+    answers = [[s["extracted"] for s in p["samples"]] for p in problems]
+    samples = [s for p in problems for s in p["samples"]]
+    k = min([k] + [len(row) for row in correct]) if correct else k
+    # Reparse is cheap next to generation; it keeps the behaviour metrics in formats.metrics alone.
+    fmt = summarize([parse(s["response"], grammar) for s in samples])
+    positions = [s["relative_position"] for s in samples if s["relative_position"] is not None]
+    par = [s for s in samples if s["parallel"]]
+    return {
+        "n": len(samples), "n_problems": len(problems), "k": k,
+        "accuracy": mean_at_k(correct), "pass_at_k": mean_pass_at_k(correct, k), "pass_at_1": mean_at_k(correct),
+        "best_at_k": best_at_k(correct, k), "maj_at_k": maj_at_k(answers, correct, k),
+        "parallel_rate": fmt.parallel_rate, "valid_rate": fmt.valid_rate,
+        # token-based when a tokenizer scored the samples (score_sample), else characters
+        "relative_position": sum(positions) / len(positions) if positions else None,
+        "blocks_per_trace": fmt.blocks_per_trace, "paths_per_block": fmt.paths_per_block,
+        "response_length": sum(s["length"] for s in samples) / len(samples) if samples else 0.0,
+        "accuracy_parallel": sum(s["correct"] for s in par) / len(par) if par else None,
+    }
+
+
+def evaluate_set(records: Sequence[dict], generate: TextGenerator, k: int, *, grammar: str = "parallel_r1",
+                 tokenizer: Any = None, batch_problems: int = 64, progress=None) -> tuple[list[dict], dict]:
+    """(per-problem records, summary row) for ``records`` with ``k`` samples each."""
+    problems: list[dict] = []
+    for i in range(0, len(records), batch_problems):
+        chunk = records[i:i + batch_problems]
+        prompts = [build_prompt(r["problem"], tokenizer) for r in chunk]
+        outputs = generate(prompts, k)
+        if len(outputs) != len(chunk) or any(len(o) != k for o in outputs):
+            raise RuntimeError(f"generator returned {[len(o) for o in outputs]} samples for {len(chunk)} prompts x {k}")
+        problems += [score_problem(r, out, grammar, tokenizer) for r, out in zip(chunk, outputs)]
+        if progress is not None:
+            progress.update(len(chunk) * k)
+    return problems, summarize_set(problems, k, grammar)

@@ -1,0 +1,134 @@
+"""The ``eval`` stage: every model stage present in the run, on every configured set (Parallel-R1 §4.1).
+
+Writes ``<stage>/<set>.jsonl`` (one line per problem, every sample with its verdicts) and ``results.json``
+(``{"stages": {stage: {set: {accuracy, pass_at_k, parallel_rate, relative_position, n, ...}}}}``). A model
+stage absent from the run directory is skipped and named in ``results.json["missing"]``. Each finished
+(stage, set) is kept in ``work_dir`` under the model's content hash, so a killed eval resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from parathink import storage
+from parathink.stages.context import ConfigError, StageContext, StageInputMissing
+
+MODES = ("causal", "structured")
+SET_KEYS = ("k",)  # keys of an eval set entry that are not problem-source keys
+SHARED_KEYS = ("data", "format", "seed")  # the model comes from the stages' outputs, hashed as inputs
+
+
+def validate(cfg: DictConfig) -> None:
+    e = cfg.eval
+    if not e.sets:
+        raise ConfigError("eval.sets: at least one test set is needed")
+    for name, spec in e.sets.items():
+        if not spec.get("source"):
+            raise ConfigError(f"eval.sets.{name}.source: missing")
+        if int(spec.get("k", 0)) < 1:
+            raise ConfigError(f"eval.sets.{name}.k: must be >= 1, got {spec.get('k')}")
+    for stage, mode in {"*": e.mode, **dict(e.get("mode_by_stage", {}))}.items():
+        if mode not in MODES:
+            raise ConfigError(f"eval.mode{'' if stage == '*' else '_by_stage.' + stage}: {mode!r} not in {MODES}")
+    if float(e.sampling.temperature) < 0 or not 0 < float(e.sampling.top_p) <= 1:
+        raise ConfigError("eval.sampling: temperature must be >= 0 and top_p in (0, 1]")
+    if int(e.sampling.max_new_tokens) < 1:
+        raise ConfigError("eval.sampling.max_new_tokens: must be >= 1")
+
+
+def _model_hash(model_dir: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(model_dir.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(model_dir).as_posix().encode())
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def _problems(spec: dict, seed: int) -> list[dict]:
+    from parathink.data.sources import load_problems
+
+    return load_problems({k: v for k, v in spec.items() if k not in SET_KEYS}, seed=seed)
+
+
+def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path, sets: dict) -> dict:
+    import torch
+
+    from parathink.evaluation.evaluate import evaluate_set
+    from parathink.evaluation.generators import engine_generator
+    from parathink.modeling import load_model
+
+    e = cfg.eval
+    fingerprint = _model_hash(model_dir)
+    rows, model, generate = {}, None, None
+    for i, (set_name, spec) in enumerate(sets.items()):
+        cache = ctx.work_dir / stage / f"{set_name}.jsonl"
+        meta = cache.with_suffix(".summary.json")
+        if meta.exists() and json.loads(meta.read_text()).get("model_hash") == fingerprint and cache.exists():
+            rows[set_name] = json.loads(meta.read_text())["summary"]
+            print(f"[parathink] eval: {stage}/{set_name} reused from the interrupted attempt", file=sys.stderr)
+        else:
+            if model is None:
+                torch.manual_seed(ctx.seed)
+                model, tokenizer = load_model(model_dir)
+                mode = str(e.get("mode_by_stage", {}).get(stage, e.mode))
+                generate, backend = engine_generator(
+                    model, tokenizer, grammar=str(cfg.format), mode=mode, num_paths=int(e.num_paths),
+                    temperature=float(e.sampling.temperature), top_p=float(e.sampling.top_p),
+                    max_new_tokens=int(e.sampling.max_new_tokens), batch_size=int(e.batch_size),
+                    seed=ctx.seed * 1000 + i)
+            records, k = spec["records"], int(spec["k"])
+            bar = _bar(ctx, len(records) * k, f"eval {stage}/{set_name}")
+            problems, summary = evaluate_set(records, generate, k, grammar=str(cfg.format), tokenizer=tokenizer,
+                                             batch_problems=int(e.batch_problems), progress=bar)
+            if bar is not None:
+                bar.close()
+            summary["generator"] = backend
+            storage.write_text(cache, "".join(json.dumps(p) + "\n" for p in problems))
+            storage.write_text(meta, json.dumps({"model_hash": fingerprint, "summary": summary}))
+            rows[set_name] = summary
+        out = ctx.out_dir / stage / f"{set_name}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(cache.read_bytes())
+        ctx.tracker.log_metrics({f"{stage}.{set_name}.{k}": v for k, v in rows[set_name].items()
+                                 if isinstance(v, (int, float))})
+    return rows
+
+
+def _bar(ctx: StageContext, total: int, desc: str):
+    if not ctx.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="sample", leave=False)
+
+
+def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
+    validate(cfg)
+    sets = {name: {**OmegaConf.to_container(spec, resolve=True),
+                   "records": _problems(OmegaConf.to_container(spec, resolve=True), ctx.seed)}
+            for name, spec in cfg.eval.sets.items()}
+    results: dict = {"stages": {}, "missing": [],
+                     "settings": {"sampling": OmegaConf.to_container(cfg.eval.sampling, resolve=True),
+                                  "mode": str(cfg.eval.mode), "format": str(cfg.format)}}
+    for stage in cfg.eval.models:
+        try:
+            model_dir = ctx.input(str(stage)) / "model"
+        except StageInputMissing:
+            results["missing"].append(str(stage))
+            print(f"[parathink] eval: no {stage} output in the run directory; skipped", file=sys.stderr)
+            continue
+        if not (model_dir / "config.json").exists():
+            raise StageInputMissing(f"eval: {model_dir} has no config.json (is {stage!r} a model stage?)")
+        results["stages"][str(stage)] = _evaluate_stage(cfg, ctx, str(stage), model_dir, sets)
+    if not results["stages"]:
+        raise StageInputMissing(f"eval: none of {list(cfg.eval.models)} has published a model in this run")
+    (ctx.out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    return {f"{stage}.{s}.{key}": float(row[key]) for stage, sets_ in results["stages"].items()
+            for s, row in sets_.items() for key in ("accuracy", "pass_at_k", "parallel_rate")
+            if row.get(key) is not None}

@@ -1,0 +1,326 @@
+"""The curriculum runner: compose and validate the config, then run stages with skip, resume and atomic publish.
+
+The lead's CLI calls ``main_run`` (``parathink run``), ``main_stage`` (``parathink stage NAME``, what Airflow
+and Kubeflow call), ``main_demo``, ``main_promote`` and ``main_compare``. Exit codes: 0 ok, 2 bad config or
+input, 3 a data-quality gate failed, 1 anything else (with its traceback).
+
+Per stage (DESIGN.md, "The curriculum"):
+1. the config hash covers the stage's section plus the shared keys it reads (``manifest.stage_config``);
+2. a stage whose published manifest has the same config hash, whose recorded inputs still have the same
+   output hashes, and whose files are intact is skipped;
+3. otherwise ``run(cfg, ctx)`` writes into a fresh temp folder; ``ctx.work_dir`` survives a kill (the stage
+   keeps checkpoints there) unless the config hash changed; on return the runner hashes the outputs, writes
+   the manifest and publishes atomically, then clears ``work_dir``.
+Stage modules are imported lazily by name (``parathink.stages.<name>``, or the config's ``stage_modules``
+mapping: a dotted module or a ``.py`` file), so a missing stage is a one-line config error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from omegaconf import DictConfig, OmegaConf
+
+from parathink.stages.context import ConfigError, StageContext, StageInputMissing
+from parathink.stages.manifest import DEFAULT_SHARED_KEYS, Manifest, config_hash, stage_config
+from parathink.stages.rundir import RunDir
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_GATE = 0, 1, 2, 3
+ATTEMPT = "_attempt.json"  # in work_dir: which config hash the scratch belongs to
+
+
+def log(msg: str) -> None:
+    print(f"[parathink] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- config
+
+def config_dir() -> Path:
+    env = os.environ.get("PARATHINK_CONFIG_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / "hydra_conf"
+
+
+def _one_line(err: Exception) -> str:
+    """Hydra's composition errors span lines; the CLI prints one that names the key."""
+    msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    cause = err.__cause__
+    if cause is not None and "not in struct" in str(cause):
+        key = str(cause).split("full_key:")[-1].split()[0] if "full_key:" in str(cause) else ""
+        return f"unknown config key {key!r} ({msg.rstrip('.')}; add a leading '+' only to add a new key)"
+    return msg
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The root config with ``overrides``; raises ConfigError with a one-line message."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(config_dir())):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(f"config: {_one_line(err)}") from err
+    return cfg
+
+
+def stage_module(cfg: DictConfig, name: str) -> ModuleType:
+    """Import the module of stage ``name`` (config ``stage_modules`` may point it elsewhere)."""
+    target = str(cfg.get("stage_modules", {}).get(name, f"parathink.stages.{name}"))
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ConfigError(f"stage_modules.{name}: file {target} does not exist")
+        spec = importlib.util.spec_from_file_location(f"parathink_stage_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as err:
+            if err.name and target.startswith(err.name):
+                raise ConfigError(f"stage {name!r}: module {target} does not exist (not implemented yet?)") from err
+            raise ConfigError(f"stage {name!r}: importing {target} failed: {err}") from err
+    if not callable(getattr(module, "run", None)):
+        raise ConfigError(f"stage {name!r}: {target} has no run(cfg, ctx) function")
+    return module
+
+
+def validate(cfg: DictConfig, names: list[str]) -> dict[str, ModuleType]:
+    """Everything that can be checked before the first stage starts; returns the imported modules."""
+    if not cfg.get("run_dir"):
+        raise ConfigError("run_dir: must be a local path or an s3:// URI")
+    modules = {}
+    for name in names:
+        if name not in cfg or not isinstance(cfg[name], DictConfig):
+            raise ConfigError(f"stages: unknown stage {name!r} (no config section {name!r})")
+        modules[name] = stage_module(cfg, name)
+        check = getattr(modules[name], "validate", None)
+        if callable(check):
+            check(cfg)
+    for name in cfg.get("force", []):
+        if name not in cfg:
+            raise ConfigError(f"force: unknown stage {name!r}")
+    return modules
+
+
+# ---------------------------------------------------------------- one stage
+
+def _shared_keys(module: ModuleType) -> tuple[str, ...]:
+    return tuple(getattr(module, "SHARED_KEYS", DEFAULT_SHARED_KEYS))
+
+
+def is_up_to_date(rundir: RunDir, name: str, chash: str) -> tuple[bool, str]:
+    """(skip?, why) for stage ``name`` whose current config hash is ``chash``."""
+    m = rundir.manifest(name)
+    if m is None:
+        return False, "no published output"
+    if m.config_hash != chash:
+        return False, "config changed"
+    for inp, recorded in m.inputs.items():
+        if rundir.output_hash(inp) != recorded:
+            return False, f"input {inp!r} changed"
+    if not rundir.outputs_intact(m):
+        return False, "published files missing or altered"
+    return True, "up to date"
+
+
+def _prepare_work_dir(rundir: RunDir, name: str, chash: str) -> tuple[Path, dict]:
+    """The stage's scratch; discarded when it belongs to another config (a resume must not mix configs)."""
+    work = rundir.work_dir(name)
+    attempt_file = work / ATTEMPT
+    attempt = json.loads(attempt_file.read_text()) if attempt_file.exists() else {}
+    if attempt and attempt.get("config_hash") != chash:
+        log(f"{name}: config changed since the interrupted attempt; discarding its scratch")
+        shutil.rmtree(work)
+        work.mkdir(parents=True)
+        attempt = {}
+    attempt.setdefault("config_hash", chash)
+    attempt["attempts"] = attempt.get("attempts", 0) + 1
+    attempt_file.write_text(json.dumps(attempt))
+    return work, attempt
+
+
+def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tracking) -> dict:
+    """Run (or skip) one stage; returns its manifest as a dict."""
+    section = stage_config(cfg, name, _shared_keys(module))
+    chash = config_hash(section)
+    forced = name in list(cfg.get("force", []))
+    skip, why = is_up_to_date(rundir, name, chash)
+    if skip and not forced:
+        log(f"{name}: skipped ({why})")
+        return {"stage": name, "status": "skipped", **json.loads(rundir.manifest(name).to_json())}
+    work, attempt = _prepare_work_dir(rundir, name, chash)
+    resumed = attempt["attempts"] > 1
+    log(f"{name}: running ({why}{'; forced' if forced else ''}{'; resuming from its work dir' if resumed else ''})")
+
+    inputs: dict[str, str | None] = {}
+
+    def resolve(stage: str) -> Path:
+        inputs[stage] = rundir.output_hash(stage)  # recorded even when absent: its arrival triggers a rerun
+        return rundir.resolve_input(stage)
+
+    tracker = tracking.stage_tracker(name, work, section)
+    manifest = Manifest(stage=name, config_hash=chash, config=section, inputs=inputs, seed=int(cfg.seed),
+                        started_at=time.time(), mlflow_run_id=getattr(tracker, "run_id", None))
+    tmp = rundir.fresh_tmp(name)
+    ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
+                       resolve_input=resolve)
+    try:
+        metrics = module.run(cfg, ctx) or {}
+    except BaseException:
+        tracking.stage_failed(name, tracker)
+        raise
+    manifest.inputs = dict(inputs)
+    manifest.finish(tmp, metrics)
+    published = rundir.publish(name, tmp, manifest)
+    tracking.stage_done(name, tracker, manifest, published)
+    if published == tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)  # finished: the scratch (checkpoints) is no longer needed
+    log(f"{name}: done in {manifest.duration_s:.1f} s, output {manifest.output_hash}")
+    return {"status": "ran", **json.loads(manifest.to_json())}
+
+
+# ---------------------------------------------------------------- a run
+
+def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
+    """Validate everything, then run ``names`` in order in ``cfg.run_dir``; returns each stage's record."""
+    from parathink.tracking.curriculum import CurriculumTracking
+
+    modules = validate(cfg, names)
+    names = [n for n in names if cfg[n].get("enabled", True)]
+    rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
+    meta = rundir.read_run()
+    meta.setdefault("experiment", str(cfg.experiment_name))
+    meta.setdefault("created", time.time())
+    tracking = CurriculumTracking.from_config(cfg, rundir, meta)
+    rundir.write_run(meta)
+    records: dict[str, dict] = {}
+    status = "FAILED"
+    try:
+        for name in names:
+            records[name] = run_stage(cfg, name, modules[name], rundir, tracking)
+            meta.setdefault("stages", {})[name] = {
+                k: records[name].get(k) for k in ("status", "output_hash", "duration_s", "mlflow_run_id")}
+            rundir.write_run(meta)
+        status = "FINISHED"
+    finally:
+        tracking.run_finished(rundir, status=status)
+    return records
+
+
+def _guard(fn) -> int:
+    """Map exceptions to exit codes and one-line messages (tracebacks only for real bugs)."""
+    try:
+        fn()
+        return EXIT_OK
+    except (ConfigError, StageInputMissing) as err:
+        print(f"parathink: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("parathink: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if type(err).__name__ == "GateFailed":  # parathink.quality.GateFailed, matched without importing GE
+            print(f"parathink: quality gate failed: {err}", file=sys.stderr)
+            return EXIT_GATE
+        from parathink.storage import StorageError
+
+        if isinstance(err, (StorageError, FileNotFoundError)):
+            print(f"parathink: error: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        traceback.print_exc()
+        return EXIT_ERROR
+
+
+def main_run(overrides: list[str]) -> int:
+    """``parathink run [overrides]``: every stage of ``cfg.stages`` in order."""
+    def go():
+        cfg = compose(overrides)
+        execute(cfg, [str(s) for s in cfg.stages])
+    return _guard(go)
+
+
+def main_stage(name: str, overrides: list[str]) -> int:
+    """``parathink stage NAME [overrides]``: one stage (skipped when its output is up to date)."""
+    def go():
+        cfg = compose(overrides)
+        execute(cfg, [name])
+    return _guard(go)
+
+
+def main_demo(argv: list[str]) -> int:
+    """``parathink demo [overrides]``: the tiny curriculum, then its table and how to open MLflow."""
+    from parathink.evaluation.table import format_table
+
+    state: dict = {}
+
+    def go():
+        cfg = compose(["experiment=tiny", *argv])
+        started = time.time()
+        execute(cfg, [str(s) for s in cfg.stages])
+        state["cfg"], state["minutes"] = cfg, (time.time() - started) / 60
+    code = _guard(go)
+    if code != EXIT_OK:
+        return code
+    cfg = state["cfg"]
+    rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
+    results_dir = rundir.resolve_input("eval")
+    if (results_dir / "results.json").exists():
+        results = json.loads((results_dir / "results.json").read_text())
+        print(format_table(results))
+    print(f"\ncurriculum finished in {state['minutes']:.1f} min; run directory: {rundir.root}")
+    if cfg.tracking.backend == "mlflow":
+        print(f"MLflow UI:  mlflow ui --backend-store-uri {cfg.tracking.uri}   (then open http://127.0.0.1:5000)")
+    return EXIT_OK
+
+
+def main_promote(argv: list[str]) -> int:
+    from parathink.tracking.registry import main_promote as promote
+
+    return promote(argv)
+
+
+def main_compare(argv: list[str]) -> int:
+    from parathink.tracking.compare import main_compare as compare
+
+    return compare(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m parathink.stages.runner run|stage NAME|demo|promote|compare ...`` (the CLI's fallback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print("usage: runner run|stage NAME|demo|promote|compare [args]", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        return main_run(rest)
+    if cmd == "stage" and rest:
+        return main_stage(rest[0], rest[1:])
+    if cmd == "demo":
+        return main_demo(rest)
+    if cmd == "promote":
+        return main_promote(rest)
+    if cmd == "compare":
+        return main_compare(rest)
+    print(f"runner: unknown command {cmd!r}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

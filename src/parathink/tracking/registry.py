@@ -1,0 +1,133 @@
+"""The model registry: every model stage's checkpoint becomes a version of ``parathink-<experiment>``.
+
+After ``eval`` each version carries its scores as tags (``eval.<set>.<metric>``) and the run's best version
+(on ``tracking.promote.metric``) gets the alias ``candidate``. ``parathink promote`` then moves ``champion``
+to the candidate only when the candidate beats the current champion by more than ``tracking.promote.margin``
+(DESIGN.md, "Tracking"), and says why either way.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Mapping
+
+CANDIDATE, CHAMPION = "candidate", "champion"
+
+
+def register_model(client, name: str, run_id: str, *, stage: str, tags: Mapping[str, str] | None = None):
+    """Register ``runs/<run_id>/artifacts/model`` as a new version of ``name``; returns the version."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name)
+    except MlflowException as err:
+        if "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
+            raise
+    source = f"{client.get_run(run_id).info.artifact_uri}/model"
+    version = client.create_model_version(name, source=source, run_id=run_id,
+                                          tags={"stage": stage, **dict(tags or {})})
+    return version
+
+
+def versions_of_run(client, name: str, stage_run_ids: Mapping[str, str]) -> dict[str, object]:
+    """{stage: model version} for the stage runs given (their nested MLflow run ids)."""
+    out = {}
+    for stage, run_id in stage_run_ids.items():
+        found = client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+        if found:
+            out[stage] = max(found, key=lambda v: int(v.version))
+    return out
+
+
+def tag_eval_results(client, name: str, results: dict, parent_run_id: str, *, metric: str) -> str | None:
+    """Tag this run's model versions with their eval scores and point ``candidate`` at the best one.
+
+    The stage runs are found as the parent's children tagged ``parathink.stage``. Returns the candidate's
+    version number (None when no version has ``metric``).
+    """
+    runs = client.search_runs([client.get_run(parent_run_id).info.experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    stage_runs = {r.data.tags.get("parathink.stage"): r.info.run_id for r in runs}
+    versions = versions_of_run(client, name, {s: i for s, i in stage_runs.items() if s})
+    best, best_value = None, float("-inf")
+    for stage, version in versions.items():
+        for tset, row in results.get("stages", {}).get(stage, {}).items():
+            for key, value in row.items():
+                if isinstance(value, (int, float)):
+                    client.set_model_version_tag(name, version.version, f"eval.{tset}.{key}", str(value))
+        value = metric_value(results, stage, metric)
+        if value is not None and value > best_value:
+            best, best_value = version.version, value
+    if best is not None:
+        client.set_registered_model_alias(name, CANDIDATE, best)
+    return best
+
+
+def metric_value(results: dict, stage: str, metric: str) -> float | None:
+    """``metric`` is ``<set>.<key>``, e.g. ``hard.accuracy``."""
+    tset, _, key = metric.partition(".")
+    value = results.get("stages", {}).get(stage, {}).get(tset, {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def decide(candidate: float | None, champion: float | None, margin: float) -> tuple[bool, str]:
+    """Promotion rule: the candidate must beat the champion by more than ``margin``."""
+    if candidate is None:
+        return False, "the candidate has no value for the metric (was it evaluated?)"
+    if champion is None:
+        return True, "there is no champion yet"
+    if candidate > champion + margin:
+        return True, f"{candidate:.4f} beats the champion's {champion:.4f} by more than {margin:g}"
+    return False, f"{candidate:.4f} does not beat the champion's {champion:.4f} by more than {margin:g}"
+
+
+def _version(client, name: str, ref: str):
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if str(ref).isdigit():
+            return client.get_model_version(name, str(ref))
+        return client.get_model_version_by_alias(name, str(ref))
+    except MlflowException:
+        return None
+
+
+def promote(client, name: str, candidate_ref: str, metric: str, margin: float) -> tuple[bool, str]:
+    """Move ``champion`` to the candidate when it wins; returns (promoted, why)."""
+    cand = _version(client, name, candidate_ref)
+    if cand is None:
+        return False, f"{name}: no version or alias {candidate_ref!r}"
+    key = f"eval.{metric}"
+    cand_value = float(cand.tags[key]) if key in cand.tags else None
+    champ = _version(client, name, CHAMPION)
+    if champ is not None and champ.version == cand.version:
+        return False, f"{name} v{cand.version} is already the champion"
+    champ_value = float(champ.tags[key]) if champ is not None and key in champ.tags else None
+    ok, why = decide(cand_value, champ_value, margin)
+    who = f"{name} v{cand.version} ({cand.tags.get('stage', '?')})"
+    if ok:
+        client.set_registered_model_alias(name, CHAMPION, cand.version)
+        return True, f"promoted {who} to {CHAMPION} on {metric}: {why}"
+    champ_txt = f"v{champ.version}" if champ is not None else "none"
+    return False, f"kept {CHAMPION} {champ_txt}; {who} on {metric}: {why}"
+
+
+def main_promote(argv: list[str]) -> int:
+    """``parathink promote [overrides]``: e.g. ``tracking.promote.candidate=3 tracking.promote.margin=0.01``."""
+    from parathink.stages.runner import _guard, compose
+
+    def go():
+        from mlflow.tracking import MlflowClient
+
+        cfg = compose(list(argv))
+        p = cfg.tracking.promote
+        client = MlflowClient(tracking_uri=str(cfg.tracking.uri))
+        from parathink.tracking.curriculum import registered_name
+
+        promoted, why = promote(client, registered_name(cfg), str(p.candidate), str(p.metric), float(p.margin))
+        print(why)
+    return _guard(go)
+
+
+if __name__ == "__main__":
+    sys.exit(main_promote(sys.argv[1:]))

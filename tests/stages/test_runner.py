@@ -1,0 +1,139 @@
+"""The runner: validation before any stage, skip when unchanged, rerun on change, atomic publish, exit codes."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parathink.stages import runner
+from parathink.stages.manifest import MANIFEST
+
+
+def manifest(run_dir, stage) -> dict:
+    return json.loads((Path(run_dir) / stage / MANIFEST).read_text())
+
+
+def test_chain_runs_then_skips(curriculum):
+    assert runner.main_run(curriculum.overrides()) == 0
+    assert curriculum.ran() == ["prep", "train", "tune"]
+    run = Path(curriculum.run_dir)
+    # prep: 1+2 = 3; train: 3 + (1+2+3+4) = 13; tune: 13 + 6 = 19 -- each stage read its input
+    assert (run / "tune" / "value.txt").read_text() == "19"
+    m = manifest(run, "tune")
+    assert m["inputs"] == {"train": manifest(run, "train")["output_hash"]}
+    assert set(m["outputs"]) == {"value.txt", "metrics.jsonl", "model/config.json", "model/weights.bin"}
+    assert m["metrics"]["total"] == 6.0 and m["duration_s"] >= 0
+    assert not (run / ".work" / "train").exists()  # scratch cleared once published
+    meta = json.loads((run / "run.json").read_text())
+    assert set(meta["stages"]) == {"prep", "train", "tune"}
+
+    assert runner.main_run(curriculum.overrides()) == 0
+    assert curriculum.ran() == ["prep", "train", "tune"]  # nothing ran again
+
+
+def test_config_change_reruns_the_stage_and_its_dependents(curriculum):
+    assert runner.main_run(curriculum.overrides()) == 0
+    assert runner.main_run(curriculum.overrides("tune.steps=2")) == 0
+    assert curriculum.ran() == ["prep", "train", "tune", "tune"]
+    assert runner.main_run(curriculum.overrides("prep.steps=3", "tune.steps=2")) == 0
+    assert curriculum.ran()[4:] == ["prep", "train", "tune"]  # new prep output -> train, tune inputs changed
+    assert (Path(curriculum.run_dir) / "tune" / "value.txt").read_text() == str(6 + 10 + 3)
+
+
+def test_shared_key_change_reruns(curriculum):
+    assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
+    assert runner.main_run(curriculum.overrides("seed=5", stages=("prep",))) == 0
+    assert curriculum.ran() == ["prep", "prep"]
+
+
+def test_tampered_output_reruns_and_force(curriculum):
+    assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
+    (Path(curriculum.run_dir) / "prep" / "value.txt").unlink()
+    assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
+    assert runner.main_run(curriculum.overrides("force=[prep]", stages=("prep",))) == 0
+    assert curriculum.ran() == ["prep", "prep", "prep"]
+
+
+def test_main_stage_runs_one(curriculum):
+    assert runner.main_stage("prep", curriculum.overrides()) == 0
+    assert runner.main_stage("train", curriculum.overrides()) == 0
+    assert runner.main_stage("train", curriculum.overrides()) == 0
+    assert curriculum.ran() == ["prep", "train"]
+
+
+def test_missing_input_is_exit_2(curriculum, capsys):
+    assert runner.main_stage("train", curriculum.overrides()) == 2
+    assert "needs outputs of 'prep'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("prep.stepz=3", "prep.stepz"),
+    ("sft.lrr=1", "sft.lrr"),
+    ("nosuchkey=1", "nosuchkey"),
+    ("experiment=nope", "experiment/nope"),
+    ("prep.steps=0", "prep.steps"),  # the stage module's validate()
+    ("stages=[prep,nosuchstage]", "nosuchstage"),
+])
+def test_bad_config_is_one_line_before_any_stage(curriculum, capsys, override, needle):
+    assert runner.main_run(curriculum.overrides(override)) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert curriculum.ran() == []
+
+
+def test_missing_stage_module_is_a_clear_error(curriculum, capsys, tmp_path):
+    ovr = curriculum.overrides("+stage_modules.ghost=parathink.stages.ghost_stage_xyz", "+ghost.x=1",
+                               stages=("prep", "ghost"))
+    assert runner.main_run(ovr) == 2
+    assert "parathink.stages.ghost_stage_xyz does not exist" in capsys.readouterr().err
+    assert curriculum.ran() == []
+
+
+def test_failed_stage_publishes_nothing_and_keeps_its_scratch(curriculum):
+    assert runner.main_run(curriculum.overrides("+train.fail_at=3")) == 1
+    run = Path(curriculum.run_dir)
+    assert (run / "prep" / MANIFEST).exists()
+    assert not (run / "train").exists()
+    assert json.loads((run / ".work" / "train" / "ckpt.json").read_text())["step"] == 2
+    # the rerun (failure fixed: a different config discards that scratch) completes the chain
+    assert runner.main_run(curriculum.overrides()) == 0
+    assert (run / "tune" / "value.txt").read_text() == "19"
+
+
+def test_gate_failure_is_exit_3_and_stops_the_run(curriculum, capsys):
+    assert runner.main_run(curriculum.overrides("+train.gate_at=1")) == 3
+    assert "quality gate failed" in capsys.readouterr().err
+    assert curriculum.ran() == ["prep", "train"]
+
+
+def test_resume_from_work_dir_after_interrupt(curriculum):
+    """A stage interrupted after 2 checkpointed steps resumes at step 3 with the same config."""
+    import parathink.stages.runner as r
+
+    cfg = r.compose(curriculum.overrides())
+    mods = r.validate(cfg, ["prep"])
+    rundir = r.RunDir(str(cfg.run_dir))
+    work = rundir.work_dir("prep")
+    chash = r.config_hash(r.stage_config(cfg, "prep", r._shared_keys(mods["prep"])))
+    (work / r.ATTEMPT).write_text(json.dumps({"config_hash": chash, "attempts": 1}))
+    (work / "ckpt.json").write_text(json.dumps({"step": 1, "total": 1}))
+    assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
+    assert curriculum.calls_made()[0]["start"] == 1
+    assert (Path(curriculum.run_dir) / "prep" / "value.txt").read_text() == "3"
+
+
+def test_s3_run_dir(curriculum, tmp_path, monkeypatch):
+    from parathink import storage
+    from parathink.storage.testing import moto_s3
+
+    with moto_s3("runs"):
+        curriculum.run_dir = "s3://runs/exp1"
+        ovr = curriculum.overrides(f"cache_dir={tmp_path / 'cache'}")
+        assert runner.main_run(ovr) == 0
+        files = storage.list_files("s3://runs/exp1")
+        assert "tune/_manifest.json" in files and "train/model/weights.bin" in files and "run.json" in files
+        assert storage.read_text("s3://runs/exp1/tune/value.txt") == "19"
+        assert runner.main_run(ovr) == 0
+        assert curriculum.ran() == ["prep", "train", "tune"]
+        assert runner.main_run(curriculum.overrides(f"cache_dir={tmp_path / 'cache'}", "tune.steps=1")) == 0
+        assert storage.read_text("s3://runs/exp1/tune/value.txt") == "14"
