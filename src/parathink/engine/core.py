@@ -1,0 +1,548 @@
+"""The rollout engine: batched KV-cached sampling, causal or forked (structured), on torch.
+
+``causal`` (Parallel-R1 Seen): one stream per sample; the model writes its paths one after another and the
+layout is plain causal. ``structured`` (Parallel-R1 Unseen, NPR §3.2, ParaThinker §3): when a stream opens a
+block, the engine forks one row per path from the stream's cache (the prefix is copied, not recomputed); each
+path starts with forced opening tags at position p+1, the rows decode concurrently, a path that closes waits
+(its entries are parked), and when the last one closes the paths' entries are merged into one row, which writes
+the block's closers at p + longest + 1 and continues with every path visible. The token sequence this produces
+is exactly what ``parathink.formats.layouts.build_layout`` lays out, so the training forward recomputes the
+engine's log-probs (``parathink.engine.recompute``).
+
+Every token's log-prob is the raw log-softmax at the context that precedes it in the *serialized* sequence: a
+path's opening tag is scored after the previous path's closing tag (that row's last logits), the block closer
+after the last path. Forced tokens (opening tags, closers, budget closers) carry loss-mask 0.
+
+The budget ``max_new_tokens`` counts every token of every branch (forced ones too) and always leaves room for
+the closers the open tags owe; when it runs out the engine writes them and stops (finish_reason "length").
+Before a fork it checks the block can still be closed (and NPR's ``min_fork_budget``); if not, the opener is
+not sampled. Inside a path the model cannot end the sequence (EOS is not sampled there).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from parathink.engine.cache import RowCache
+from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
+from parathink.engine.runner import cache_shape, make_runner
+from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats
+from parathink.formats.layouts import Layout, TagIds, build_layout, causal_layout
+
+MODES = ("causal", "structured")
+
+
+@dataclass
+class Sample:
+    """One generated response. ``logprobs`` and ``loss_mask`` have one entry per response token."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    loss_mask: list[int]
+    finish_reason: str  # "stop" (EOS) or "length" (budget; open tags closed by the engine)
+    text: str
+    prompt_index: int = 0
+    num_blocks: int = 0  # forks the engine made (structured mode)
+
+
+@dataclass(eq=False)
+class _Path:
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float | None] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    closed: bool = False  # its closing tag has been chosen
+    parked: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+@dataclass(eq=False)
+class _Block:
+    p: int  # position of the opener (the last token before the paths)
+    prefix_len: int  # cache entries before the paths
+    paths: list[_Path]
+    closer_logprob: float | None = None
+    done: int = 0
+    cut: bool = False  # the budget ran out inside the block
+
+
+@dataclass(eq=False)
+class _Seq:
+    index: int
+    prompt_index: int
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    used: int = 0
+    block: _Block | None = None
+    in_summary: bool = False
+    plans: int = 0
+    blocks: int = 0
+    stop_after_forced: bool = False
+    finish_reason: str | None = None
+    stream: StreamTags | None = None
+    rows: list = field(default_factory=list)  # its rows in the batch (one, or one per open path)
+
+
+@dataclass(eq=False)
+class _Row:
+    seq: _Seq
+    pos: int  # position of the token fed last (the next decided token gets pos + 1)
+    feed: int = -1
+    path: int = -1  # -1: the sequence's main stream
+    forced: deque = field(default_factory=deque)
+    closing: bool = False  # fed its path's closing tag: score the next serialized token, then park
+    fork: int = 0  # fork into this many paths after this step's forward
+    done: bool = False  # out of budget with nothing to close: leaves without a token
+
+
+class Engine:
+    """Rollouts for RL, evaluation and the self-distilling teacher.
+
+    ``Engine(model, tokenizer, grammar="parallel_r1", mode="causal" | "structured", num_paths=2)``;
+    ``generate(prompt_ids, sampling, num_samples)`` -> ``list[Sample]`` (prompt-major);
+    ``layout(sample)`` -> the ``Layout`` training uses for prompt + response;
+    ``generate_texts(prompts, sampling, num_samples)`` -> ``list[list[str]]``.
+    ``num_paths`` is the paths per block (NPR: the most plans that fork; a block has as many paths as plans).
+    ``min_fork_budget``: no fork with fewer tokens of budget left (NPR: 1024). ``backend``: see ``runner``.
+    """
+
+    def __init__(self, model, tokenizer, grammar: str = "parallel_r1", mode: str = "causal", num_paths: int = 2,
+                 *, min_fork_budget: int = 0, backend: str = "auto"):
+        if mode not in MODES:
+            raise ValueError(f"engine mode must be one of {MODES}, got {mode!r}")
+        if num_paths < 1:
+            raise ValueError(f"engine num_paths must be >= 1, got {num_paths}")
+        self.model, self.tokenizer, self.grammar, self.mode = model, tokenizer, grammar, mode
+        self.num_paths, self.min_fork_budget = num_paths, min_fork_budget
+        try:
+            self.tags: TagIds | None = TagIds.from_tokenizer(tokenizer, grammar)
+        except ValueError:
+            if mode == "structured":
+                raise
+            self.tags = None  # causal sampling of a model without tags: nothing to fork or close
+        self.g: ForkGrammar | None = None if self.tags is None else fork_grammar(self.tags, tokenizer, num_paths)
+        if mode == "structured" and grammar == "parathinker" and num_paths > self.g.max_paths:
+            raise ValueError(f"parathinker has tags for at most {self.g.max_paths} paths, asked {num_paths}")
+        eos = {tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
+        self.eos = sorted(e for e in eos if e is not None)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos[0]
+        self.runner = make_runner(model, backend)
+        self.max_positions = getattr(model.config, "max_position_embeddings", None)
+
+    # ------------------------------------------------------------------------------------------------ public
+
+    def layout(self, sample: Sample) -> Layout:
+        """The layout of prompt + response, exactly as training builds it."""
+        ids = list(sample.prompt_ids) + list(sample.response_ids)
+        if self.mode == "causal":
+            return causal_layout(len(ids))
+        return build_layout(ids, self.tags)
+
+    def generate_texts(self, prompts: Sequence[str], sampling: SamplingConfig, num_samples: int = 1) -> list[list[str]]:
+        """Texts of ``num_samples`` responses per prompt string."""
+        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        samples = self.generate(ids, sampling, num_samples)
+        return [[s.text for s in samples[i * num_samples:(i + 1) * num_samples]] for i in range(len(prompts))]
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[Sequence[int]] | Sequence[int], sampling: SamplingConfig,
+                 num_samples: int = 1) -> list[Sample]:
+        """``num_samples`` samples per prompt, prompt-major (all of prompt 0, then prompt 1, ...)."""
+        prompts = self._check(prompt_ids, sampling, num_samples)
+        self.runner.sync()
+        device = next(self.model.parameters()).device
+        gen = None
+        if sampling.seed is not None:
+            gen = torch.Generator(device=device).manual_seed(sampling.seed)
+        seqs = [_Seq(i * num_samples + j, i, prompts[i]) for i in range(len(prompts))
+                for j in range(num_samples)]
+        if self.mode == "causal" and self.tags is not None:
+            for s in seqs:
+                s.stream = StreamTags(self.tags)
+        state = _Run(self, sampling, gen, device, max(len(p) for p in prompts) + sampling.max_new_tokens + 1,
+                     min(len(seqs), sampling.batch_size))
+        state.run(deque(seqs))
+        return [self._sample(s) for s in seqs]
+
+    # ----------------------------------------------------------------------------------------------- helpers
+
+    def _check(self, prompt_ids, sampling: SamplingConfig, num_samples: int) -> list[list[int]]:
+        if num_samples < 1:
+            raise ValueError(f"generate: num_samples must be >= 1, got {num_samples}")
+        prompts = list(prompt_ids)
+        if prompts and isinstance(prompts[0], int):
+            prompts = [prompts]  # one prompt given as a flat list of ids
+        prompts = [list(map(int, p)) for p in prompts]
+        if not prompts:
+            raise ValueError("generate: no prompts")
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"generate: prompt {i} is empty")
+        longest = max(len(p) for p in prompts)
+        if self.max_positions and longest + sampling.max_new_tokens > self.max_positions:
+            raise ValueError(f"generate: prompt of {longest} tokens + max_new_tokens {sampling.max_new_tokens} "
+                             f"exceeds the model's max_position_embeddings {self.max_positions}")
+        return prompts
+
+    def _sample(self, s: _Seq) -> Sample:
+        assert all(lp is not None for lp in s.logprobs), "engine bug: a forced token was never scored"
+        body = s.tokens[:-1] if s.tokens and s.finish_reason == "stop" and s.tokens[-1] in self.eos else s.tokens
+        text = self.tokenizer.decode(body, skip_special_tokens=False)
+        return Sample(prompt_ids=list(s.prompt), response_ids=list(s.tokens), logprobs=[float(x) for x in s.logprobs],
+                      loss_mask=list(s.mask), finish_reason=s.finish_reason or "length", text=text,
+                      prompt_index=s.prompt_index, num_blocks=s.blocks)
+
+
+class _Run:
+    """The state of one ``generate`` call: rows in the cache, their sequences, the decode loop."""
+
+    def __init__(self, engine: Engine, sampling: SamplingConfig, gen, device, max_len: int, rows: int):
+        self.e, self.s, self.gen, self.device = engine, sampling, gen, device
+        self.g = engine.g
+        self.structured = engine.mode == "structured"
+        layers, kv_heads, head_dim = cache_shape(engine.model)
+        dtype = next(engine.model.parameters()).dtype
+        self.cache = RowCache(layers, rows, kv_heads, max_len, head_dim, dtype, device)
+        self.rows: list[_Row] = []
+        self.penalty = sampling.repetition_penalty_in_paths
+        vocab = engine.model.get_output_embeddings().weight.shape[0]
+        self.seen = torch.zeros(rows, vocab, dtype=torch.bool, device=device) if self.penalty != 1.0 else None
+        self.eos = set(engine.eos)
+        self.path_close = engine.tags.path_close if engine.tags is not None else frozenset()
+
+    # ----------------------------------------------------------------------------------------------- loop
+
+    def run(self, pending: deque) -> None:
+        while pending or self.rows:
+            n_old = len(self.rows)
+            logits = []
+            if n_old:
+                logits.append(self._decode(n_old))
+            room = self.s.batch_size - n_old
+            per_seq = self.e.num_paths if (self.structured and self.e.grammar == "parathinker") else 1
+            if pending and (not n_old or room >= max(1, self.s.batch_size // 4)):
+                take = max(1, room // per_seq)
+                logits.append(self._admit([pending.popleft() for _ in range(min(take, len(pending)))]))
+            self._step(torch.cat(logits) if len(logits) > 1 else logits[0])
+
+    def _decode(self, n: int) -> torch.Tensor:
+        rows = self.rows[:n]
+        tokens = torch.tensor([[r.feed] for r in rows], device=self.device)
+        positions = torch.tensor([[r.pos] for r in rows], device=self.device)
+        path_ids = None
+        if self.e.runner.path_vectors:
+            path_ids = torch.tensor([[r.path + 1] for r in rows], device=self.device)
+        logits = self.e.runner.forward(tokens, positions, 0, self.cache, path_ids)
+        self.cache.advance(0, torch.ones(n, dtype=torch.long, device=self.device))
+        return logits.float()
+
+    def _admit(self, seqs: list[_Seq]) -> torch.Tensor:
+        """Prefill the prompts of ``seqs`` (each distinct prompt once, then copied) into new rows at the end."""
+        start = len(self.rows)
+        first: dict[int, int] = {}
+        unique: list[_Seq] = []
+        for s in seqs:
+            if s.prompt_index not in first:
+                first[s.prompt_index] = len(unique)
+                unique.append(s)
+        self._reserve(start + len(seqs))
+        t = max(len(s.prompt) for s in unique)
+        tokens = torch.full((len(unique), t), self.e.pad, dtype=torch.long)
+        for i, s in enumerate(unique):
+            tokens[i, :len(s.prompt)] = torch.tensor(s.prompt)
+        lens = torch.tensor([len(s.prompt) for s in unique], device=self.device)
+        positions = torch.arange(t, device=self.device).expand(len(unique), t)
+        path_ids = torch.zeros_like(positions) if self.e.runner.path_vectors else None
+        logits = self.e.runner.forward(tokens.to(self.device), positions, start, self.cache, path_ids, lens - 1)
+        self.cache.lens[start:start + len(unique)] = lens  # the slots may hold a finished row's count
+        # Rows [start, start + len(unique)) hold the distinct prompts; the other samples copy them.
+        copies = [s for s in seqs if all(s is not u for u in unique)]
+        if copies:
+            dst = list(range(start + len(unique), start + len(seqs)))
+            self.cache.copy_rows([start + first[s.prompt_index] for s in copies], dst)
+        ordered = unique + copies
+        for s in ordered:
+            row = _Row(seq=s, pos=len(s.prompt) - 1)
+            s.rows = [row]
+            if self.structured and self.g.opener is None:  # ParaThinker: the paths open the response
+                k = self.e.num_paths
+                if self._left(s, 0) >= self.g.fork_cost(k):
+                    row.fork = k
+            self.rows.append(row)
+        logit_rows = [first[s.prompt_index] for s in ordered]
+        out = logits.float()[torch.tensor(logit_rows, device=self.device)]
+        if self.seen is not None:
+            for j, s in enumerate(ordered):
+                self.seen[start + j].zero_()
+                self.seen[start + j, torch.tensor(s.prompt, device=self.device)] = True
+        return out
+
+    def _reserve(self, rows: int) -> None:
+        self.cache.reserve(rows)
+        if self.seen is not None and rows > self.seen.shape[0]:
+            grow = self.cache.capacity - self.seen.shape[0]
+            self.seen = torch.cat([self.seen, self.seen.new_zeros(grow, self.seen.shape[1])])
+
+    # ----------------------------------------------------------------------------------------------- budget
+
+    def _need(self, s: _Seq) -> int:
+        """Tokens the sequence must still write to close what is open."""
+        if s.stream is not None:
+            return len(s.stream.closers(self.g)) + sum(len(r.forced) for r in s.rows)
+        if s.block is not None:
+            open_paths = sum(1 for p in s.block.paths if not p.closed)
+            return (open_paths + sum(len(r.forced) for r in s.rows) + len(self.g.block_closers) + 1)
+        return len(self._main_closers(s))
+
+    def _main_closers(self, s: _Seq) -> list[int]:
+        """What the main stream must still write (pending forced tokens first) to leave nothing open."""
+        forced = list(s.rows[0].forced) if s.rows else []
+        if s.stream is not None:
+            return forced + s.stream.closers(self.g)
+        if self.g is not None and (s.in_summary or any(t in self.g.summary_open for t in forced)):
+            return forced + [self.g.summary_close]
+        return forced
+
+    def _left(self, s: _Seq, this_step: int) -> int:
+        return self.s.max_new_tokens - s.used - self._need(s) - this_step
+
+    def _plan_budget(self) -> list[tuple[int, int]]:
+        """Per row, before sampling: cut sequences out of budget; return tokens to ban as (row, token)."""
+        bans: list[tuple[int, int]] = []
+        by_seq: dict[int, list[int]] = {}
+        for i, r in enumerate(self.rows):
+            by_seq.setdefault(id(r.seq), []).append(i)
+        for idx in by_seq.values():
+            s = self.rows[idx[0]].seq
+            deciding = [i for i in idx if not self.rows[i].closing]
+            if self.rows[idx[0]].fork or s.stop_after_forced or (s.block is not None and s.block.cut):
+                continue  # a fork's cost was checked when its opener was sampled; a cut is final
+            left = self._left(s, len(deciding))
+            if left < 0:
+                self._cut(s, idx)
+                continue
+            for i in deciding:
+                r = self.rows[i]
+                if r.forced:
+                    continue
+                if r.path >= 0:
+                    bans += [(i, t) for t in self.eos]
+                    continue
+                bans += self._main_bans(i, s, left)
+        return bans
+
+    def _main_bans(self, i: int, s: _Seq, left: int) -> list[tuple[int, int]]:
+        """Tokens the main stream may not sample now: openers whose closers no longer fit."""
+        if self.g is None:
+            return []
+        out = []
+        if s.stream is not None:
+            if left < 4:
+                for t in (*self.g.tags.block_open, *self.g.tags.path_open, *self.g.summary_open):
+                    if s.stream.extra_need(t, self.g) > left:
+                        out.append((i, t))
+            return out
+        if self.g.opener is None:
+            out += [(i, t) for t in self.g.tags.path_open]  # ParaThinker forks only at the start
+        else:
+            k = self._paths_for(s)
+            if left < max(self.g.fork_cost(k), self.e.min_fork_budget):
+                out.append((i, self.g.opener))
+        if left < 1 and not s.in_summary:
+            out += [(i, t) for t in self.g.summary_open]
+        return out
+
+    def _paths_for(self, s: _Seq) -> int:
+        if self.g.plan is not None:  # NPR: one path per plan
+            return max(1, min(s.plans, self.e.num_paths))
+        return self.e.num_paths
+
+    def _cut(self, s: _Seq, idx: list[int]) -> None:
+        """The budget ran out: every row of ``s`` now writes only its closers."""
+        for i in idx:
+            r = self.rows[i]
+            if r.closing:
+                continue
+            if r.path >= 0:
+                r.forced = deque([self.g.path_close[r.path]])
+                s.block.cut = True
+            else:
+                r.forced = deque(self._main_closers(s)) if self.g is not None else deque()
+                s.stop_after_forced = True
+                r.done = not r.forced
+
+    # ----------------------------------------------------------------------------------------------- step
+
+    def _step(self, logits: torch.Tensor) -> None:
+        """Choose every row's next token from its logits [B, V] and update the rows."""
+        logp = torch.log_softmax(logits, -1)  # [B, V] raw, temperature 1: what training recomputes
+        bans = self._plan_budget()
+        shaped = logits
+        if self.seen is not None:
+            in_path = torch.tensor([r.path >= 0 for r in self.rows], device=self.device)[:, None]
+            shaped = torch.where(in_path, penalise_repeats(logits, self.seen[:len(self.rows)], self.penalty), logits)
+        if bans:
+            rows_t = torch.tensor([b[0] for b in bans], device=self.device)
+            toks_t = torch.tensor([b[1] for b in bans], device=self.device)
+            shaped = shaped.index_put((rows_t, toks_t), torch.tensor(float("-inf"), device=self.device))
+        drawn = draw(shaped, self.s.temperature, self.s.top_p, self.gen).tolist()
+
+        chosen, scored = [], []
+        for i, r in enumerate(self.rows):
+            if r.done:
+                chosen.append(None)
+                scored.append(0)
+            elif r.closing:  # score the token that follows this path in the serialized sequence
+                b = r.seq.block
+                nxt = self.g.path_open[r.path + 1][0] if r.path + 1 < len(b.paths) else self.g.block_closers[0]
+                chosen.append(None)
+                scored.append(nxt)
+            elif r.fork:
+                chosen.append(None)
+                scored.append(self.g.path_open[0][0])
+            else:
+                t = r.forced[0] if r.forced else drawn[i]
+                chosen.append(t)
+                scored.append(t)
+        values = logp.gather(1, torch.tensor(scored, device=self.device)[:, None]).squeeze(1).tolist()
+
+        remove: list[int] = []
+        n = len(self.rows)
+        for i in range(n):
+            r = self.rows[i]
+            if r.done:
+                r.seq.finish_reason = "length"
+                r.seq.rows.remove(r)
+                remove.append(i)
+            elif r.closing:
+                self._park(i, r, values[i], remove)
+            elif r.fork:
+                self._fork(i, r, values[i])
+            else:
+                forced = bool(r.forced)
+                if forced:
+                    r.forced.popleft()
+                self._take(i, r, chosen[i], values[i], forced, remove)
+        for i in sorted(remove, reverse=True):
+            self._remove(i)
+
+    def _take(self, i: int, r: _Row, token: int, lp: float, forced: bool, remove: list[int]) -> None:
+        s = r.seq
+        s.used += 1
+        r.feed, r.pos = token, r.pos + 1
+        if self.seen is not None:
+            self.seen[i, token] = True
+        if r.path >= 0:
+            path = s.block.paths[r.path]
+            path.tokens.append(token)
+            path.logprobs.append(lp)
+            path.mask.append(0 if forced else 1)
+            if token in self.path_close:
+                path.closed, r.closing = True, True
+            return
+        s.tokens.append(token)
+        s.logprobs.append(lp)
+        s.mask.append(0 if forced else 1)
+        if s.stream is not None:
+            s.stream.see(token, self.g)
+        elif self.structured:
+            if token in self.g.summary_open:
+                s.in_summary = True
+            elif token == self.g.summary_close:
+                s.in_summary = False
+            if self.g.guideline is not None:
+                s.plans = 0 if token == self.g.guideline else s.plans + (token == self.g.plan)
+            if token == self.g.opener and not forced:
+                r.fork = self._paths_for(s)
+        if (token in self.eos and not forced) or (s.stop_after_forced and not r.forced):
+            s.finish_reason = "stop" if token in self.eos and not forced else "length"
+            s.rows.remove(r)
+            remove.append(i)
+
+    def _fork(self, i: int, r: _Row, lp_first: float) -> None:
+        """Row i fed the opener: it becomes path 0, and k-1 copies of its cache become paths 1..k-1."""
+        s, k = r.seq, r.fork
+        s.blocks += 1
+        block = _Block(p=r.pos, prefix_len=int(self.cache.lens[i]), paths=[_Path() for _ in range(k)])
+        s.block = block
+        r.fork = 0
+        new = list(range(len(self.rows), len(self.rows) + k - 1))
+        if new:
+            self._reserve(len(self.rows) + k - 1)
+            self.cache.copy_rows([i] * len(new), new)
+            if self.seen is not None:
+                self.seen[new] = self.seen[i]
+        rows = [r] + [_Row(seq=s, pos=r.pos) for _ in new]
+        self.rows += rows[1:]
+        s.rows = list(rows)
+        for j, row in enumerate(rows):
+            opening = self.g.path_open[j]
+            row.path, row.forced = j, deque(opening[1:])
+            path = block.paths[j]
+            path.tokens.append(opening[0])
+            path.logprobs.append(lp_first if j == 0 else None)  # scored when path j-1 closes
+            path.mask.append(0)
+            row.feed, row.pos = opening[0], block.p + 1
+            s.used += 1
+            if self.seen is not None:
+                self.seen[i if j == 0 else new[j - 1], opening[0]] = True
+
+    def _park(self, i: int, r: _Row, lp_next: float, remove: list[int]) -> None:
+        """Row i fed its path's closing tag: score what follows the path, then wait (or merge if last)."""
+        s, b = r.seq, r.seq.block
+        if r.path + 1 < len(b.paths):
+            b.paths[r.path + 1].logprobs[0] = lp_next
+        else:
+            b.closer_logprob = lp_next
+        b.done += 1
+        r.closing = False
+        longest = max(len(p.tokens) for p in b.paths)
+        if b.done < len(b.paths):
+            b.paths[r.path].parked = self.cache.take(i, b.prefix_len)
+            s.rows.remove(r)
+            remove.append(i)
+            return
+        # The last path closed: this row becomes the merged stream (prefix + every path).
+        for j, p in enumerate(b.paths):
+            if j != r.path:
+                self.cache.append(i, *p.parked)
+                p.parked = None
+            s.tokens += p.tokens
+            s.logprobs += p.logprobs
+            s.mask += p.mask
+        s.block = None
+        closers = self.g.block_closers
+        r.path, r.pos = -1, b.p + longest
+        r.forced = deque(closers[1:])
+        if b.cut:
+            r.forced.append(self.g.summary_close)
+            s.stop_after_forced = True
+        s.used += 1
+        s.tokens.append(closers[0])
+        s.logprobs.append(b.closer_logprob)
+        s.mask.append(0)
+        r.feed, r.pos = closers[0], r.pos + 1
+        if closers[0] in self.g.summary_open:
+            s.in_summary = True
+        if self.seen is not None:
+            self.seen[i] = False  # the penalty applies inside paths only
+        if s.stop_after_forced and not r.forced:
+            s.finish_reason = "length"
+            s.rows.remove(r)
+            remove.append(i)
+
+    def _remove(self, i: int) -> None:
+        last = len(self.rows) - 1
+        if i != last:
+            self.cache.move_row(last, i)
+            if self.seen is not None:
+                self.seen[i] = self.seen[last]
+            self.rows[i] = self.rows[last]
+        self.rows.pop()

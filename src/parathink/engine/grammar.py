@@ -1,0 +1,97 @@
+"""What the engine forces and where it forks, per grammar (DESIGN.md, Formats; REFERENCE.md, NPR/ParaThinker).
+
+The layout (``parathink.formats.layouts.scan``) decides positions and visibility from the token ids; this
+module only says which ids the engine writes itself:
+
+- parallel_r1: fork after the model's ``<Parallel>``; path i starts with a forced ``<Path>`` and ends at the
+  model's ``</Path>``; after the merge the engine writes ``</Parallel>`` and ``<Summary>``.
+- npr: fork after ``</guideline>`` with as many paths as ``<plan>`` items since ``<guideline>``; path i starts
+  with ``<step>i:``; after the merge the engine writes ``<takeaway>``.
+- parathinker: fork at the start of the response; path i is ``<think{i}>…</think{i}>``; then ``<summary>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parathink.formats.layouts import TagIds
+
+
+@dataclass(frozen=True)
+class ForkGrammar:
+    tags: TagIds
+    opener: int | None  # the token after which a block forks; None: the block opens the response
+    path_open: tuple[tuple[int, ...], ...]  # forced tokens that start path i
+    path_close: tuple[int, ...]  # the token that ends path i
+    block_closers: tuple[int, ...]  # forced after the merge; the first sits at p + longest path + 1
+    summary_open: frozenset[int]
+    summary_close: int  # written by the engine when the budget ends inside a summary
+    plan: int | None = None  # npr: the paths of a block are its plans
+    guideline: int | None = None
+
+    @property
+    def max_paths(self) -> int:
+        return len(self.path_open)
+
+    def fork_cost(self, k: int) -> int:
+        """Fewest tokens a k-path block still needs after its opener: each path its opening tokens, one token
+        of text and its closer, then the block closers and the summary's closer."""
+        return sum(len(p) for p in self.path_open[:k]) + 2 * k + len(self.block_closers) + 1
+
+
+def fork_grammar(tags: TagIds, tokenizer, max_paths: int) -> ForkGrammar:
+    ids = tags.ids
+    if tags.grammar == "parallel_r1":
+        return ForkGrammar(tags, ids["<Parallel>"], ((ids["<Path>"],),) * max_paths, (ids["</Path>"],) * max_paths,
+                           (ids["</Parallel>"], ids["<Summary>"]), frozenset({ids["<Summary>"]}), ids["</Summary>"])
+    if tags.grammar == "npr":
+        opens = tuple((ids["<step>"], *tokenizer.encode(f"{i}:", add_special_tokens=False))
+                      for i in range(1, max_paths + 1))
+        return ForkGrammar(tags, ids["</guideline>"], opens, (ids["</step>"],) * max_paths, (ids["<takeaway>"],),
+                           frozenset({ids["<takeaway>"]}), ids["</takeaway>"], plan=ids["<plan>"],
+                           guideline=ids["<guideline>"])
+    return ForkGrammar(tags, None, tuple((ids[f"<think{i}>"],) for i in range(1, max_paths + 1)),
+                       tuple(ids[f"</think{i}>"] for i in range(1, max_paths + 1)), (ids["<summary>"],),
+                       frozenset({ids["<summary>"]}), ids["</summary>"])
+
+
+@dataclass
+class StreamTags:
+    """Open tags of one sequential stream, so the engine can close them when the budget runs out (causal mode,
+    where the model writes blocks itself in one stream)."""
+
+    tags: TagIds
+    path_close: int | None = None  # closer of the open path
+    in_block: bool = False
+    in_summary: bool = False
+
+    def see(self, token: int, g: ForkGrammar) -> None:
+        t = self.tags
+        if token in t.block_open:
+            self.in_block = True
+        elif token in t.path_open and (self.in_block or not t.block_open):
+            self.in_block = True
+            i = next((j for j, p in enumerate(g.path_open) if p[0] == token), 0)
+            self.path_close = g.path_close[i]
+        elif token in t.path_close:
+            self.path_close = None
+        elif token in t.block_close and self.in_block:
+            self.in_block = False
+        if token in t.summary_open:
+            self.in_summary = True
+        elif token in t.summary_close:
+            self.in_summary = False
+
+    def closers(self, g: ForkGrammar) -> list[int]:
+        out = [] if self.path_close is None else [self.path_close]
+        if self.in_block:
+            out += list(g.block_closers)
+        if self.in_block or self.in_summary:
+            out.append(g.summary_close)
+        return out
+
+    def extra_need(self, token: int, g: ForkGrammar) -> int:
+        """How many more closers the stream would owe after ``token``."""
+        probe = StreamTags(self.tags, self.path_close, self.in_block, self.in_summary)
+        probe.see(token, g)
+        return len(probe.closers(g)) - len(self.closers(g))

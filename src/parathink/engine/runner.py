@@ -1,0 +1,199 @@
+"""Model forwards over a ``RowCache``: one step for a contiguous range of rows.
+
+Two implementations of the same call, ``forward(tokens, positions, row0, cache, path_ids) -> logits``:
+
+- ``FastRunner`` runs Qwen3/Llama-style decoders (what the tiny default and Qwen3-4B are) as a short
+  functional forward over the model's own weights: fused q/k/v and gate/up projections, ``F.rms_norm``, one
+  ``sdpa`` call per layer with the query heads packed onto their key/value head. A tiny model on a CPU is
+  all per-op overhead, and this is where the engine's speed over ``generate`` comes from.
+- ``HFRunner`` calls the model's own ``forward`` with the cache behind the ``past_key_values.update``
+  protocol; any decoder whose attention takes a 4-D mask works, at transformers' per-call cost.
+
+Both read the layout's positions and give the same logits the training forward gives (tested to 1e-4).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from parathink.engine.cache import RowCache
+
+
+def _is_llama_like(model) -> bool:
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or not hasattr(inner, "rotary_emb") or not hasattr(model, "lm_head"):
+        return False
+    if getattr(model.config, "hidden_act", "silu") != "silu":
+        return False
+    attn, mlp = layers[0].self_attn, layers[0].mlp
+    return all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")) and all(
+        hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
+
+
+def make_runner(model, backend: str = "auto"):
+    """``fast`` for Qwen3/Llama-style decoders, ``hf`` for anything else (``auto`` picks)."""
+    if backend not in ("auto", "fast", "hf"):
+        raise ValueError(f"engine backend must be auto, fast or hf, got {backend!r}")
+    if backend == "hf" or (backend == "auto" and not _is_llama_like(model)):
+        return HFRunner(model)
+    if not _is_llama_like(model):
+        raise ValueError(f"engine backend 'fast' needs a Qwen3/Llama-style decoder, got {type(model).__name__}")
+    return FastRunner(model)
+
+
+def cache_shape(model) -> tuple[int, int, int]:
+    """(layers, kv_heads, head_dim) of a decoder."""
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", cfg.num_attention_heads), head_dim
+
+
+def _decode_mask(cache: RowCache, row0: int, b: int) -> tuple[torch.Tensor, int]:
+    """Bool [B, 1, 1, S]: every valid entry of the row plus the slot being written (True = may attend)."""
+    lens = cache.lens[row0:row0 + b]
+    s = int(lens.max()) + 1
+    return (torch.arange(s, device=lens.device) <= lens[:, None])[:, None, None, :], s
+
+
+class HFRunner:
+    """The model's own forward; the cache is handed in through the ``past_key_values.update`` protocol."""
+
+    def __init__(self, model):
+        self.model = model
+        self.path_vectors = bool(getattr(model.config, "parathink_max_paths", 0))
+
+    def sync(self) -> None:
+        """Nothing to refresh: the model's modules are used directly."""
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, row0: int, cache: RowCache,
+                path_ids: torch.Tensor | None, last: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens, positions [B, T] -> logits [B, V] at ``last`` [B] (T > 1: prefill of fresh rows)."""
+        b, t = tokens.shape
+        dtype = next(self.model.parameters()).dtype
+        if t == 1:
+            allowed, s = _decode_mask(cache, row0, b)
+        else:
+            s = t
+            allowed = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril_()[None, None].expand(b, 1, t, t)
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+        view = _CacheView(cache, row0, s)
+        extra = {"path_ids": path_ids} if self.path_vectors and path_ids is not None else {}
+        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=view,
+                         use_cache=True, **extra)
+        logits = out.logits  # [B, T, V]
+        return logits[:, -1] if last is None else logits[torch.arange(b, device=logits.device), last]
+
+
+class _CacheView:
+    """What a transformers attention layer calls: ``update(k, v, layer_idx) -> (keys, values)``."""
+
+    def __init__(self, cache: RowCache, row0: int, s: int):
+        self.cache, self.row0, self.s = cache, row0, s
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        kc, vc = self.cache.write(layer_idx, self.row0, key_states, value_states)
+        return kc[:, :, :self.s], vc[:, :, :self.s]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.s - 1
+
+
+class FastRunner:
+    """A functional Qwen3/Llama forward over the model's weights (see the module docstring)."""
+
+    def __init__(self, model):
+        self.model = model
+        cfg = model.config
+        self.layers_n, self.kv_heads, self.head_dim = cache_shape(model)
+        self.heads = cfg.num_attention_heads
+        self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
+        self.path_vectors = bool(getattr(cfg, "parathink_max_paths", 0))
+        self.rope_len = 0
+        self.sync()
+
+    def sync(self) -> None:
+        """Re-read the weights (RL changes them between calls): fuse q/k/v and gate/up once per generate."""
+        m = self.model
+        self.embed = m.model.embed_tokens.weight
+        self.final_norm = m.model.norm.weight
+        self.head_w = m.lm_head.weight
+        self.head_b = getattr(m.lm_head, "bias", None)
+        self.layers = []
+        for layer in m.model.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            qkv_b = None
+            if a.q_proj.bias is not None:
+                qkv_b = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).detach()
+            self.layers.append(dict(
+                ln1=layer.input_layernorm.weight.detach(), ln2=layer.post_attention_layernorm.weight.detach(),
+                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(), qkv_b=qkv_b,
+                o=a.o_proj.weight.detach(), o_b=None if a.o_proj.bias is None else a.o_proj.bias.detach(),
+                q_norm=a.q_norm.weight.detach() if hasattr(a, "q_norm") else None,
+                k_norm=a.k_norm.weight.detach() if hasattr(a, "k_norm") else None,
+                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), down=mlp.down_proj.weight.detach(),
+                pv=a.path_vectors if hasattr(a, "path_vectors") else None,
+                scale=float(getattr(a, "scaling", self.head_dim ** -0.5)),
+            ))
+        self.rope_len = 0  # the rotary table is rebuilt on the next call
+
+    def _rope(self, n: int, device) -> None:
+        """cos and signed sin tables for positions [0, n), from the model's own rotary module."""
+        if n <= self.rope_len:
+            return
+        n = max(n, 2 * self.rope_len, 256)
+        dummy = self.embed[:1]
+        cos, sin = self.model.model.rotary_emb(dummy, torch.arange(n, device=device)[None])  # [1, n, D]
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == roll(x, half) * [-sin_lo, sin_hi]: one op fewer per q and k.
+        self.cos, self.sin = cos[0], torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1)
+        self.rope_len = n
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, row0: int, cache: RowCache,
+                path_ids: torch.Tensor | None, last: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens, positions [B, T] -> logits [B, V] at ``last`` [B] (T > 1: prefill of fresh rows)."""
+        b, t = tokens.shape
+        hq, hk, d = self.heads, self.kv_heads, self.head_dim
+        self._rope(int(positions.max()) + 1, tokens.device)
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, T, D]
+        if t == 1:
+            allowed, s = _decode_mask(cache, row0, b)
+        inside = None
+        if self.path_vectors and path_ids is not None:
+            inside = (path_ids > 0)[..., None]  # [B, T, 1]
+        x = F.embedding(tokens, self.embed)  # [B, T, H]
+        for li, w in enumerate(self.layers):
+            h = F.rms_norm(x, (x.shape[-1],), w["ln1"], self.eps)
+            q, k, v = F.linear(h, w["qkv"], w["qkv_b"]).split([hq * d, hk * d, hk * d], -1)
+            q, k = q.view(b, t, hq, d), k.view(b, t, hk, d)
+            if w["q_norm"] is not None:
+                q = F.rms_norm(q, (d,), w["q_norm"], self.eps)
+                k = F.rms_norm(k, (d,), w["k_norm"], self.eps)
+            if inside is not None:  # ParaThinker: per-path vectors on k (before RoPE) and v
+                ids = path_ids.clamp(max=w["pv"].key.shape[0] - 1)
+                k = k + (w["pv"].key[ids] * inside).view(b, t, hk, d)
+                v = v + w["pv"].value[ids] * inside
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, Hq|Hk, T, D]
+            v = v.view(b, t, hk, d).transpose(1, 2)
+            q = q * cos + q.roll(d // 2, -1) * sin
+            k = k * cos + k.roll(d // 2, -1) * sin
+            kc, vc = cache.write(li, row0, k, v)
+            if t == 1:
+                # Pack the query heads that share a key/value head: [B, Hk, Hq/Hk, D] against [B, Hk, S, D].
+                o = F.scaled_dot_product_attention(q.view(b, hk, hq // hk, d), kc[:, :, :s], vc[:, :, :s],
+                                                   attn_mask=allowed, scale=w["scale"])
+            else:
+                kk = kc[:, :, :t].repeat_interleave(hq // hk, 1)
+                vv = vc[:, :, :t].repeat_interleave(hq // hk, 1)
+                o = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, scale=w["scale"])
+            o = o.reshape(b, hq, t, d).transpose(1, 2).reshape(b, t, hq * d)
+            x = x + F.linear(o, w["o"], w["o_b"])
+            h = F.rms_norm(x, (x.shape[-1],), w["ln2"], self.eps)
+            gate, up = F.linear(h, w["gate_up"]).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, w["down"])
+        x = x[:, -1] if last is None else x[torch.arange(b, device=x.device), last]  # [B, H]
+        x = F.rms_norm(x, (x.shape[-1],), self.final_norm, self.eps)
+        return F.linear(x, self.head_w, self.head_b)
