@@ -57,6 +57,13 @@ def run(cfg, ctx):
         (ctx.out_dir / "model").mkdir()
         (ctx.out_dir / "model" / "config.json").write_text(json.dumps({"model_type": "fake", "seed": ctx.seed}))
         (ctx.out_dir / "model" / "weights.bin").write_bytes(os.urandom(2048))
+    if c.get("results"):  # play the eval stage: a results.json over the named stages' values
+        stages = {}
+        for stage in c.results:
+            value = int((ctx.input(stage) / "value.txt").read_text())
+            stages[stage] = {"hard": {"accuracy": value / 100, "pass_at_k": min(1.0, value / 50),
+                                      "parallel_rate": 0.5, "relative_position": 0.4, "n": 1600, "k": 8}}
+        (ctx.out_dir / "results.json").write_text(json.dumps({"stages": stages}))
     return {"total": float(state["total"]), "resumed_from": float(start)}
 
 

@@ -42,11 +42,23 @@ def _split(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def _client():
-    # boto3 reads AWS_ENDPOINT_URL(_S3), credentials and region from the environment itself.
-    import boto3
+_ENV_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+             "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE")
+_clients: dict[tuple, object] = {}
 
-    return boto3.client("s3")
+
+def _client():
+    """A boto3 S3 client (boto3 reads endpoint, credentials and region from the environment itself).
+
+    Creating one costs ~0.1 s, so clients are reused for as long as those environment variables stay the same.
+    """
+    key = tuple(os.environ.get(k) for k in _ENV_KEYS)
+    if key not in _clients:
+        import boto3
+
+        _clients.clear()
+        _clients[key] = boto3.client("s3")
+    return _clients[key]
 
 
 def _missing(err: Exception) -> bool:

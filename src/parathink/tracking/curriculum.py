@@ -130,7 +130,7 @@ class MlflowCurriculumTracking(CurriculumTracking):
 
         plot_dir = rundir.local / ".tracking" / "plots"
         try:
-            for png in write_run_plots(rundir, plot_dir):
+            for png in write_run_plots(rundir, plot_dir, tuple(str(s) for s in self.cfg.stages)):
                 self.parent.log_artifact(png, "plots")
             results = rundir.resolve_input("eval") / "results.json"
             if results.exists():

@@ -79,17 +79,22 @@ def table_png(results: dict, path: Path) -> Path:
     return path
 
 
-def write_run_plots(rundir, out_dir: Path) -> list[Path]:
-    """Every plot the run's published outputs allow; returns the PNG paths written."""
+def write_run_plots(rundir, out_dir: Path, stages: tuple[str, ...] = RL_STAGES) -> list[Path]:
+    """Every plot the run's published outputs allow; returns the PNG paths written.
+
+    Figure 3 gets a line per stage among ``stages`` whose ``metrics.jsonl`` has any of its metrics.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     curves = {}
-    for stage in RL_STAGES:
-        if rundir.manifest(stage) is None:
+    for stage in stages:
+        if stage == "eval" or rundir.manifest(stage) is None:
             continue
         path = rundir.resolve_input(stage) / "metrics.jsonl"
         if path.exists():
-            curves[stage] = read_curves(path)
+            found = read_curves(path)
+            if any(steps for steps, _ in found.values()):
+                curves[stage] = found
     if curves:
         written.append(figure3(curves, out_dir / "figure3_rl_curves.png"))
     if rundir.manifest("eval") is not None:
