@@ -63,7 +63,9 @@ def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Prob
     for rec in generate(cfg.level, "train", cfg.num_problems, seed):
         ids = tokenizer(build_prompt(rec["problem"], tokenizer), add_special_tokens=False)["input_ids"]
         if len(ids) >= cfg.token_budget:
-            raise ValueError(f"{stage}.token_budget={cfg.token_budget}: smaller than the prompt of problem "
+            from parathink.stages.context import ConfigError
+
+            raise ConfigError(f"{stage}.token_budget={cfg.token_budget}: smaller than the prompt of problem "
                              f"{rec['id']} ({len(ids)} tokens); raise the budget")
         out.append(Problem(id=str(rec["id"]), prompt_ids=ids, answer=rec["answer"]))
     return out
@@ -88,22 +90,24 @@ def step_seed(seed: int, step: int) -> int:
 @torch.no_grad()
 def sample_step(engine, problems: list[Problem], cfg: RLConfig, reward_fn, grammar: str, step: int,
                 seed: int) -> list[Rollout]:
-    """Sample, grade and reward ``group_size`` rollouts for each of ``problems``."""
+    """Sample ``group_size`` rollouts for each of ``problems`` in one batched engine call; grade and reward them.
+
+    The response budget is what ``token_budget`` leaves after the step's longest prompt, the same for every row
+    of the call. The sampling seed is a function of (seed, step): a resumed run samples what the first would have.
+    """
     from parathink.engine import SamplingConfig
 
-    torch.manual_seed(step_seed(seed, step))
-    rollouts: list[Rollout] = []
-    for g, prob in enumerate(problems):
-        sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
-                                  max_new_tokens=cfg.token_budget - len(prob.prompt_ids))
-        for sample in engine.generate(prob.prompt_ids, sampling, num_samples=cfg.group_size):
-            rollouts.append(score(g, sample, sample.text, prob.answer, grammar, reward_fn, step))
-    return rollouts
+    longest = max(len(p.prompt_ids) for p in problems)
+    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.token_budget - longest,
+                              seed=step_seed(seed, step), batch_size=cfg.rollout_batch_size)
+    samples = engine.generate([p.prompt_ids for p in problems], sampling, num_samples=cfg.group_size)
+    return [score(s.prompt_index, s, s.text, problems[s.prompt_index].answer, grammar, reward_fn, step)
+            for s in samples]
 
 
 def policy_logprobs(engine, model, samples: list[Any], with_entropy: bool) -> tuple[torch.Tensor, ...]:
-    """Per-token log-probs [B, T] (and entropies [B, T]) of the samples' response tokens under ``model``,
-    recomputed by the engine's function under the layout each sample was generated with."""
+    """Per-token log-probs [B, T] (and entropies [B, T] or None) of the samples' response tokens under ``model``,
+    recomputed by the engine's own function under the layout each sample was generated with."""
     from parathink.engine import recompute_logprobs
 
     return recompute_logprobs(model, engine, samples, with_entropy=with_entropy)

@@ -36,6 +36,7 @@ class RLConfig:
     token_budget: int = 160  # tokens per rollout, prompt included and every branch counted
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling threshold
+    rollout_batch_size: int = 128  # rows the engine decodes together (forked paths count as rows)
 
     # --- objective (DeepSeekMath eq. 3; DAPO; NPR's PAPO) ---
     advantage: str = "group_std"  # parathink.training.advantages registry
@@ -105,7 +106,7 @@ class RLConfig:
         if self.group_size < 2:
             raise bad("group_size", "a group needs >= 2 rollouts (one rollout has no group baseline)")
         for key in ("steps", "prompts_per_step", "num_problems", "token_budget", "updates_per_step",
-                    "micro_batch_size", "max_nan_steps", "checkpoint_every"):
+                    "micro_batch_size", "max_nan_steps", "checkpoint_every", "rollout_batch_size"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be >= 1")
         if self.num_paths < 2:
