@@ -1,0 +1,109 @@
+"""Reliability: SIGKILL a curriculum run during a training stage, twice, and rerun the same command.
+
+``train`` plays sft and ``tune`` plays rl_hard: checkpointing stages plugged in through ``stage_modules``
+(tests/stages/resume_stage.py). After each kill, the rerun must not run finished stages again, must resume
+the killed stage from its last checkpoint, must continue the same MLflow run (one continuous metric
+history), and no output may be half-written: every published file matches its manifest's hash.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import parathink
+from parathink.stages.manifest import MANIFEST, tree_hashes
+
+STAGE_FILE = str(Path(__file__).parent / "stages" / "resume_stage.py")
+SRC = str(Path(parathink.__file__).parents[1])
+
+
+def command(tmp: Path) -> list[str]:
+    sections = {"prep": "steps=2", "train": "steps=8 sleep=0.5 input=prep model=true",
+                "tune": "steps=6 sleep=0.5 input=train model=true"}
+    ovr = [f"run_dir={tmp / 'run'}", "stages=[prep,train,tune]", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}"]
+    for name, kv in sections.items():
+        ovr += [f"+stage_modules.{name}={STAGE_FILE}", f"+{name}.calls={tmp / 'calls.jsonl'}"]
+        ovr += [f"+{name}.{item}" for item in kv.split()]
+    return [sys.executable, "-m", "parathink.stages.runner", "run", *ovr]
+
+
+def start(tmp: Path) -> subprocess.Popen:
+    env = {**os.environ, "CI": "true", "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(command(tmp), cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def kill_when(proc: subprocess.Popen, ckpt: Path, step: int, timeout: float = 240) -> None:
+    """SIGKILL the whole run once ``ckpt`` records ``step`` (the stage is mid-training)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if ckpt.exists():
+            try:
+                if json.loads(ckpt.read_text())["step"] >= step:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return
+            except (ValueError, KeyError):
+                pass
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before reaching step {step}:\n{proc.stdout.read().decode()[-3000:]}")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail(f"{ckpt} never reached step {step}")
+
+
+def calls(tmp: Path) -> list[tuple[str, int]]:
+    return [(c["stage"], c["start"]) for c in map(json.loads, (tmp / "calls.jsonl").read_text().splitlines())]
+
+
+def assert_published_outputs_intact(run: Path) -> None:
+    for manifest in run.glob(f"*/{MANIFEST}"):
+        recorded = json.loads(manifest.read_text())
+        digest, files = tree_hashes(manifest.parent)
+        assert digest == recorded["output_hash"] and files == recorded["outputs"], manifest.parent.name
+
+
+@pytest.mark.slow
+def test_sigkill_during_two_stages_then_resume(tmp_path):
+    run = tmp_path / "run"
+    proc = start(tmp_path)
+    kill_when(proc, run / ".work" / "train" / "ckpt.json", 3)
+    assert (run / "prep" / MANIFEST).exists() and not (run / "train").exists()
+    assert_published_outputs_intact(run)
+
+    proc = start(tmp_path)
+    kill_when(proc, run / ".work" / "tune" / "ckpt.json", 2)
+    assert (run / "train" / MANIFEST).exists() and not (run / "tune").exists()
+    assert_published_outputs_intact(run)
+
+    proc = start(tmp_path)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out.decode()[-3000:]
+    assert_published_outputs_intact(run)
+
+    made = calls(tmp_path)
+    assert [s for s, _ in made] == ["prep", "train", "train", "tune", "tune"]  # finished stages never rerun
+    assert made[2][1] >= 3 and made[4][1] >= 2  # the killed stages resumed from their checkpoints
+    # the same totals as an uninterrupted run: prep 3, train 3 + 36, tune 39 + 21
+    assert (run / "tune" / "value.txt").read_text() == "60"
+    assert not [p for p in (run / ".tmp").iterdir() if p.is_dir()]
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("parathink-tiny").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    for stage, steps in (("train", 8), ("tune", 6)):
+        stage_runs = [r for r in runs if r.data.tags.get("parathink.stage") == stage]
+        assert len(stage_runs) == 1, f"{stage}: {len(stage_runs)} MLflow runs instead of one"
+        history = client.get_metric_history(stage_runs[0].info.run_id, "loss")
+        assert {m.step for m in history} == set(range(1, steps + 1))  # continuous: no step missing
+        assert stage_runs[0].info.status == "FINISHED"
+        manifest = json.loads((run / stage / MANIFEST).read_text())
+        assert manifest["mlflow_run_id"] == stage_runs[0].info.run_id
