@@ -23,11 +23,16 @@ SET_KEYS = ("k",)  # keys of an eval set entry that are not problem-source keys
 SHARED_KEYS = ("data", "format", "seed")  # the model comes from the stages' outputs, hashed as inputs
 
 
+def active_sets(cfg: DictConfig) -> dict:
+    """The configured test sets; an experiment disables an inherited one by setting it to null."""
+    return {name: spec for name, spec in cfg.eval.sets.items() if spec is not None}
+
+
 def validate(cfg: DictConfig) -> None:
     e = cfg.eval
-    if not e.sets:
+    if not active_sets(cfg):
         raise ConfigError("eval.sets: at least one test set is needed")
-    for name, spec in e.sets.items():
+    for name, spec in active_sets(cfg).items():
         if not spec.get("source"):
             raise ConfigError(f"eval.sets.{name}.source: missing")
         if int(spec.get("k", 0)) < 1:
@@ -112,7 +117,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     validate(cfg)
     sets = {name: {**OmegaConf.to_container(spec, resolve=True),
                    "records": _problems(OmegaConf.to_container(spec, resolve=True), ctx.seed)}
-            for name, spec in cfg.eval.sets.items()}
+            for name, spec in active_sets(cfg).items()}
     results: dict = {"stages": {}, "missing": [],
                      "settings": {"sampling": OmegaConf.to_container(cfg.eval.sampling, resolve=True),
                                   "mode": str(cfg.eval.mode), "format": str(cfg.format)}}
