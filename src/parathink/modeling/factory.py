@@ -126,7 +126,8 @@ def _load_path_vectors(model, local: Path) -> None:
 def load_tokenizer(source: str | os.PathLike):
     from transformers import AutoTokenizer
 
-    local = resolve_source(source)
+    direct = Path(str(source)).expanduser()
+    local = direct if (direct / "tokenizer_config.json").exists() else resolve_source(source)
     try:
         tok = AutoTokenizer.from_pretrained(str(local))
     except Exception as e:  # noqa: BLE001 - any failure here means the same thing to the user

@@ -1,0 +1,101 @@
+"""The `sft` stage: cold-start SFT on ``filter``'s accepted traces (Parallel-R1 §3.2, Unseen §3.3).
+
+Everything that can be wrong is checked before training starts: the config (``validate``), the starting model
+and its tokenizer (loadable), structured attention against the model's attention implementation, and the
+traces (present, parseable, not all over-long). Checkpoints go to ``work_dir/trainer`` (a rerun resumes),
+the final model to ``out_dir/model``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from parathink.stages.context import ConfigError, StageContext
+
+
+def validate(cfg) -> None:
+    from parathink.training.sft import COLLATORS, OVERLONG
+
+    s = cfg.sft
+    if s.collator not in COLLATORS:
+        raise ConfigError(f"sft.collator={s.collator!r}: expected one of {COLLATORS}")
+    if s.overlong not in OVERLONG:
+        raise ConfigError(f"sft.overlong={s.overlong!r}: expected one of {OVERLONG}")
+    for key in ("max_length", "global_batch", "micro_batch", "save_steps"):
+        if int(s[key]) <= 0:
+            raise ConfigError(f"sft.{key} must be > 0, got {s[key]}")
+    if int(s.global_batch) % int(s.micro_batch):
+        raise ConfigError(f"sft.global_batch={s.global_batch} must be a multiple of sft.micro_batch={s.micro_batch}")
+    if float(s.lr) <= 0:
+        raise ConfigError(f"sft.lr must be > 0, got {s.lr}")
+    if s.precision not in ("fp32", "bf16"):
+        raise ConfigError(f"sft.precision={s.precision!r}: expected fp32 or bf16")
+    if s.get("deepspeed") and not Path(str(s.deepspeed)).is_file():
+        raise ConfigError(f"sft.deepspeed={s.deepspeed!r}: no such DeepSpeed JSON file")
+    if s.collator == "structured" and cfg.model.attn_implementation.startswith("flash_attention"):
+        raise ConfigError(f"sft.collator=structured needs a 4-D mask; model.attn_implementation="
+                          f"{cfg.model.attn_implementation!r} cannot take one (use sdpa or eager)")
+
+
+def read_traces(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise FileNotFoundError(f"sft: accepted traces not found at {path}")
+    records = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"sft: {path}:{n} is not valid JSON ({e.msg})") from None
+    if not records:
+        raise ValueError(f"sft: {path} holds no traces")
+    return records
+
+
+def _model_source(cfg, ctx: StageContext):
+    init = str(cfg.sft.init)
+    return ctx.input(init) / "model" if init in ("base", "sft") or init.startswith("rl_") else init
+
+
+def run(cfg, ctx: StageContext) -> dict[str, float]:
+    import torch
+
+    from parathink.formats.layouts import TagIds
+    from parathink.modeling import check_structured_attention, install_path_vectors, load_model, save_model
+    from parathink.modeling.factory import to_dtype
+    from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
+
+    validate(cfg)
+    s = cfg.sft
+    t0 = time.perf_counter()
+    if int(s.num_threads) > 0:
+        torch.set_num_threads(int(s.num_threads))
+    traces = read_traces(ctx.input("filter") / "accepted.jsonl")
+    model, tok = load_model(_model_source(cfg, ctx), dtype=cfg.model.dtype,
+                            attn_implementation=cfg.model.attn_implementation)
+    if int(cfg.model.parathinker_max_paths) > 0:
+        install_path_vectors(model, int(cfg.model.parathinker_max_paths))
+    train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong))
+    if not train_set:
+        raise ValueError(f"sft: all {len(traces)} traces exceed sft.max_length={s.max_length}")
+    if s.collator == "structured":
+        check_structured_attention(model)
+        collator = StructuredCollator(tok.pad_token_id, TagIds.from_tokenizer(tok, cfg.format),
+                                      dtype=to_dtype(cfg.model.dtype), path_ids=int(cfg.model.parathinker_max_paths) > 0)
+    else:
+        collator = CausalCollator(tok.pad_token_id)
+    ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": len(traces), "sft.kept": stats.kept,
+                            "sft.dropped": stats.dropped, "sft.truncated": stats.truncated})
+    model.train()
+    metrics, trainer = train_sft(model, tok, train_set, collator, s, work_dir=ctx.work_dir, tracker=ctx.tracker,
+                                 seed=ctx.seed, progress=ctx.progress)
+    out = ctx.out_dir / "model"
+    trainer.save_model(str(out))  # gathers ZeRO-3 / FSDP shards
+    if trainer.is_world_process_zero():
+        tok.save_pretrained(out)
+    metrics.update({"traces": float(len(traces)), "kept": float(stats.kept), "dropped": float(stats.dropped),
+                    "truncated": float(stats.truncated), "stage_minutes": (time.perf_counter() - t0) / 60})
+    return metrics

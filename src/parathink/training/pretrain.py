@@ -1,0 +1,138 @@
+"""Pretraining of the tiny base on sequential worked solutions (the tiny default's stand-in for Qwen3-4B-Base).
+
+A plain loop (AdamW, warm-up then cosine, batch of random examples) rather than a trainer framework: the model
+is 1M parameters, the loop must stop on a *greedy accuracy target* as well as on a step or time budget, and it
+must resume after a kill from its last checkpoint in the stage's work dir. CALIBRATION.md sizes it: batch 32,
+lr 2e-3, ~6 minutes on 2 cores for greedy easy ~0.87 / hard ~0.36.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from parathink.data.prompts import build_prompt
+from parathink.data.synthetic import generate, worked_solution
+from parathink.tracking.base import NullTracker, Tracker
+from parathink.training._generate import accuracy
+
+IGNORE = -100
+
+
+@dataclass
+class Example:
+    ids: list[int]  # prompt + response + eos
+    n_prompt: int  # tokens before the response
+
+
+def encode(records: Sequence[dict], tokenizer, response: Callable[[dict], str] = worked_solution) -> list[Example]:
+    """Prompt + response + eos per record, tokenised once (prompt tokenised alone to find the boundary)."""
+    prompts = [build_prompt(r["problem"], tokenizer) for r in records]
+    p_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    r_ids = tokenizer([response(r) for r in records], add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    return [Example(p + r + [eos], len(p)) for p, r in zip(p_ids, r_ids)]
+
+
+def collate(batch: Sequence[Example], pad_id: int, loss_on: str = "response") -> dict[str, torch.Tensor]:
+    """Right-padded input_ids / attention_mask / labels [B, L]; labels ignore padding (and the prompt)."""
+    width = max(len(e.ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, e in enumerate(batch):
+        n = len(e.ids)
+        ids[i, :n] = torch.tensor(e.ids)
+        mask[i, :n] = 1
+        start = e.n_prompt if loss_on == "response" else 0
+        labels[i, start:n] = ids[i, start:n]
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:
+    """Linear warm-up to ``peak`` then cosine decay to ``peak * min_ratio`` at ``total``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def training_examples(cfg, tokenizer, seed: int) -> list[Example]:
+    """``train_size`` problems, ``easy_fraction`` of them easy, the rest hard (train split)."""
+    n_easy = int(round(cfg.train_size * cfg.easy_fraction))
+    records = generate("easy", "train", n_easy, seed) + generate("hard", "train", cfg.train_size - n_easy, seed)
+    return encode(records, tokenizer)
+
+
+def pretrain(model, tokenizer, cfg, *, work_dir: Path, seed: int = 0, tracker: Tracker | None = None,
+             progress: bool = False) -> dict[str, float]:
+    """Train ``model`` in place until ``cfg.target_greedy_easy``, ``cfg.max_steps`` or ``cfg.max_minutes``."""
+    tracker = tracker or NullTracker()
+    examples = training_examples(cfg, tokenizer, seed)
+    val = generate("easy", "test", cfg.eval_n, seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    ckpt = Path(work_dir) / "pretrain_state.pt"
+    step, elapsed, rng, stop = 0, 0.0, random.Random(seed), ""
+    if ckpt.exists():  # resume: weights, optimiser, step, time spent and the sampler's state
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, elapsed = state["step"], state["elapsed"]
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        stop = state.get("stop", "")
+    bar = _bar(progress, cfg.max_steps, step)
+    metrics: dict[str, float] = {}
+    model.train()
+    t0 = time.perf_counter() - elapsed
+    loss = torch.tensor(float("nan"))
+    while not stop:
+        lr = cosine_lr(step, cfg.max_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = collate(rng.sample(examples, cfg.batch_size), tokenizer.pad_token_id, cfg.loss_on)
+        loss = model(**batch).loss
+        loss.backward()
+        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        minutes = (time.perf_counter() - t0) / 60
+        tracker.log_metrics({"loss": loss.item(), "lr": lr, "grad_norm": gnorm, "minutes": minutes}, step=step)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        if step % cfg.eval_every == 0 or step >= cfg.max_steps:
+            acc, _ = accuracy(model, tokenizer, val, max_new_tokens=cfg.max_new_tokens)
+            metrics["greedy_easy_val"] = acc
+            tracker.log_metrics({"greedy_easy_val": acc}, step=step)
+            if acc >= cfg.target_greedy_easy:
+                stop = "target"
+        if step >= cfg.max_steps:
+            stop = stop or "max_steps"
+        elif minutes >= cfg.max_minutes:
+            stop = stop or "max_minutes"
+        if stop or step % cfg.checkpoint_every == 0:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                        "elapsed": time.perf_counter() - t0, "rng": rng.getstate(),
+                        "torch_rng": torch.get_rng_state(), "stop": stop}, ckpt)
+    if bar is not None:
+        bar.close()
+    model.eval()
+    metrics.update({"steps": float(step), "minutes": (time.perf_counter() - t0) / 60, "final_loss": loss.item(),
+                    "stopped_at_target": float(stop == "target")})
+    return metrics
+
+
+def _bar(progress: bool, total: int, initial: int):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="base", unit="step")

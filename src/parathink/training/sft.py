@@ -1,0 +1,205 @@
+"""Cold-start SFT on parallel traces (Parallel-R1 §3.2; Unseen layout: §3.3, NPR §3.3).
+
+Loss on response tokens only. Two collators:
+- ``causal`` (Parallel-R1-Seen): the trace is plain text under causal attention;
+- ``structured`` (Unseen, NPR, ParaThinker): the layout from ``parathink.formats.layouts`` becomes a 4-D
+  additive mask and ``position_ids`` (paths of a block cannot see each other and restart their positions), so
+  training sees exactly what the rollout engine generates under.
+Built on transformers ``Trainer``: gradient accumulation, resume (optimiser, scheduler, RNG, data position),
+DeepSpeed ZeRO and FSDP all come from ``TrainingArguments`` filled from ``hydra_conf/stage/sft.yaml``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from parathink.data.prompts import build_prompt
+from parathink.formats.layouts import TagIds, build_batch_layout
+from parathink.modeling.attention import to_4d_mask
+
+IGNORE = -100
+COLLATORS = ("causal", "structured")
+OVERLONG = ("drop", "truncate")
+
+
+@dataclass
+class EncodeStats:
+    kept: int = 0
+    dropped: int = 0  # over max_length and overlong=drop
+    truncated: int = 0  # over max_length and overlong=truncate
+
+
+def encode_traces(records: Sequence[dict], tokenizer, max_length: int, overlong: str = "drop"):
+    """[{input_ids, n_prompt}] for prompt + response + eos, and counts of what did not fit ``max_length``."""
+    if overlong not in OVERLONG:
+        raise ValueError(f"overlong must be one of {OVERLONG}, got {overlong!r}")
+    for i, r in enumerate(records):
+        if not isinstance(r.get("problem"), str) or not isinstance(r.get("response"), str):
+            raise ValueError(f"trace {i} (id={r.get('id')!r}) lacks a string 'problem' or 'response'")
+    prompts = tokenizer([build_prompt(r["problem"], tokenizer) for r in records], add_special_tokens=False)["input_ids"]
+    responses = tokenizer([r["response"] for r in records], add_special_tokens=False)["input_ids"]
+    eos, stats, out = tokenizer.eos_token_id, EncodeStats(), []
+    for p, r in zip(prompts, responses):
+        ids = p + r + [eos]
+        if len(ids) > max_length:
+            if overlong == "drop" or len(p) >= max_length:
+                stats.dropped += 1
+                continue
+            ids, stats.truncated = ids[:max_length], stats.truncated + 1
+        out.append({"input_ids": ids, "n_prompt": len(p)})
+        stats.kept += 1
+    return out, stats
+
+
+def _labels(features, width: int) -> torch.Tensor:
+    labels = torch.full((len(features), width), IGNORE, dtype=torch.long)  # [B, L]
+    for i, f in enumerate(features):
+        ids = torch.tensor(f["input_ids"])
+        labels[i, f["n_prompt"]:len(ids)] = ids[f["n_prompt"]:]
+    return labels
+
+
+class CausalCollator:
+    """Right-padded batch under plain causal attention (Parallel-R1-Seen)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(f["input_ids"]) for f in features)
+        ids = torch.full((len(features), width), self.pad_id, dtype=torch.long)  # [B, L]
+        mask = torch.zeros((len(features), width), dtype=torch.long)  # [B, L]
+        for i, f in enumerate(features):
+            ids[i, :len(f["input_ids"])] = torch.tensor(f["input_ids"])
+            mask[i, :len(f["input_ids"])] = 1
+        return {"input_ids": ids, "attention_mask": mask, "labels": _labels(features, width),
+                "n_tokens": mask.sum()}
+
+
+class StructuredCollator:
+    """Right-padded batch with the layout's 4-D mask and positions (Unseen / NPR / ParaThinker)."""
+
+    def __init__(self, pad_id: int, tag_ids: TagIds, dtype: torch.dtype = torch.float32, path_ids: bool = False):
+        self.pad_id, self.tag_ids, self.dtype, self.path_ids = pad_id, tag_ids, dtype, path_ids
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        seqs = [f["input_ids"] for f in features]
+        lay = build_batch_layout(seqs, self.tag_ids)
+        width = lay.position_ids.shape[1]
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)  # [B, L]
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s)
+        batch = {"input_ids": ids, "attention_mask": to_4d_mask(lay.attention_mask, self.dtype),  # [B, 1, L, L]
+                 "position_ids": lay.position_ids, "labels": _labels(features, width),
+                 "n_tokens": (~lay.padding).sum()}
+        if self.path_ids:
+            batch["path_ids"] = lay.path_ids  # [B, L]
+        return batch
+
+
+class SFTTrainer(Trainer):
+    """Trainer that counts real (non-padding) tokens for tokens/s; nothing else changes."""
+
+    tokens_seen = 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        n = inputs.pop("n_tokens", None)
+        if n is not None and model.training:
+            self.tokens_seen += int(n)
+        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+
+class TrackerCallback(TrainerCallback):
+    """Per-step loss, learning rate, grad norm and tokens/s into the stage's tracker."""
+
+    def __init__(self, tracker, trainer_ref: list):
+        self.tracker, self.trainer_ref = tracker, trainer_ref
+        self.last_t, self.last_tokens = None, 0
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.last_t, self.last_tokens = time.perf_counter(), self.trainer_ref[0].tokens_seen
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not logs or "loss" not in logs:
+            return
+        now, tokens = time.perf_counter(), self.trainer_ref[0].tokens_seen
+        rate = (tokens - self.last_tokens) / max(1e-9, now - self.last_t)
+        self.last_t, self.last_tokens = now, tokens
+        metrics = {"loss": logs["loss"], "lr": logs.get("learning_rate"), "grad_norm": logs.get("grad_norm"),
+                   "tokens_per_s": rate, "epoch": logs.get("epoch")}
+        self.tracker.log_metrics({k: float(v) for k, v in metrics.items() if v is not None}, step=state.global_step)
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stop (and checkpoint) once the wall-clock budget is spent; the schedule keeps its planned length."""
+
+    def __init__(self, minutes: float):
+        self.seconds, self.t0 = minutes * 60, None
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.t0 = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        if time.perf_counter() - self.t0 >= self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+
+
+def global_batch_plan(global_batch: int, micro_batch: int, world_size: int) -> int:
+    """Gradient-accumulation steps so that micro x accumulation x world = the configured global batch."""
+    per_step = micro_batch * world_size
+    if global_batch % per_step:
+        raise ValueError(f"sft.global_batch={global_batch} is not a multiple of micro_batch x world size = {per_step}")
+    return global_batch // per_step
+
+
+def training_arguments(cfg, out_dir, *, seed: int, progress: bool, world_size: int = 1):
+    """TrainingArguments from ``hydra_conf/stage/sft.yaml`` (DeepSpeed / FSDP included)."""
+    from transformers import TrainingArguments
+
+    accum = global_batch_plan(int(cfg.global_batch), int(cfg.micro_batch), world_size)
+    extra = {}
+    if cfg.get("deepspeed"):
+        extra["deepspeed"] = str(cfg.deepspeed)
+    if cfg.get("fsdp"):
+        extra["fsdp"] = str(cfg.fsdp)
+        extra["fsdp_config"] = dict(cfg.get("fsdp_config") or {})
+    return TrainingArguments(
+        output_dir=str(out_dir), per_device_train_batch_size=int(cfg.micro_batch), gradient_accumulation_steps=accum,
+        learning_rate=float(cfg.lr), weight_decay=float(cfg.weight_decay), warmup_ratio=float(cfg.warmup_ratio),
+        lr_scheduler_type=str(cfg.scheduler), num_train_epochs=float(cfg.epochs), max_steps=int(cfg.max_steps),
+        adam_beta1=float(cfg.betas[0]), adam_beta2=float(cfg.betas[1]), max_grad_norm=float(cfg.grad_clip),
+        bf16=str(cfg.precision) == "bf16", fp16=False, logging_steps=1, logging_first_step=True,
+        save_strategy="steps", save_steps=int(cfg.save_steps), save_total_limit=int(cfg.save_total_limit),
+        report_to=[], disable_tqdm=not progress, seed=seed, data_seed=seed, remove_unused_columns=False,
+        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), save_only_model=False, **extra)
+
+
+def train_sft(model, tokenizer, train_set: list[dict], collator, cfg, *, work_dir, tracker, seed: int = 0,
+              progress: bool = False):
+    """Run (or resume) SFT; checkpoints live in ``work_dir/trainer``. Returns (summary metrics, trainer)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = work_dir / "trainer"
+    out.mkdir(parents=True, exist_ok=True)
+    args = training_arguments(cfg, out, seed=seed, progress=progress,
+                              world_size=int(torch.distributed.get_world_size()) if torch.distributed.is_initialized() else 1)
+    ref: list = []
+    callbacks = [TrackerCallback(tracker, ref)]
+    if float(cfg.get("max_minutes") or 0) > 0:
+        callbacks.append(TimeBudgetCallback(float(cfg.max_minutes)))
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train_set, data_collator=collator,
+                         processing_class=tokenizer, callbacks=callbacks)
+    ref.append(trainer)
+    last = get_last_checkpoint(str(out))
+    t0 = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=last)
+    seconds = time.perf_counter() - t0
+    return {"train_loss": float(result.training_loss), "steps": float(trainer.state.global_step),
+            "resumed_from_step": float(int(last.rsplit("-", 1)[1]) if last else 0), "seconds": seconds,
+            "tokens_per_s": trainer.tokens_seen / max(1e-9, seconds)}, trainer
