@@ -16,45 +16,46 @@ import torch
 
 
 class RowCache:
-    """k, v: [layers, rows, kv_heads, max_len, head_dim]; lens: [rows] long (valid entries per row)."""
+    """kv: [layers, rows, 2 * kv_heads, max_len, head_dim] (keys in the first half of dim 2, values in the
+    second, so one write stores both); lens: [rows] long (valid entries per row)."""
 
     def __init__(self, layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device):
-        shape = (layers, rows, kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.kv = torch.zeros((layers, rows, 2 * kv_heads, max_len, head_dim), dtype=dtype, device=device)
         self.lens = torch.zeros(rows, dtype=torch.long, device=device)
-        self.max_len = max_len
+        self.kv_heads, self.max_len = kv_heads, max_len
 
     @property
     def capacity(self) -> int:
-        return self.k.shape[1]
+        return self.kv.shape[1]
 
     def reserve(self, rows: int) -> None:
         """Grow to at least ``rows`` slots (doubling, so growth is rare)."""
         if rows <= self.capacity:
             return
-        new = max(rows, 2 * self.capacity)
-        extra = new - self.capacity
-        pad = (self.k.shape[0], extra, *self.k.shape[2:])
-        self.k = torch.cat([self.k, self.k.new_zeros(pad)], 1)
-        self.v = torch.cat([self.v, self.v.new_zeros(pad)], 1)
+        extra = max(rows, 2 * self.capacity) - self.capacity
+        self.kv = torch.cat([self.kv, self.kv.new_zeros((self.kv.shape[0], extra, *self.kv.shape[2:]))], 1)
         self.lens = torch.cat([self.lens, self.lens.new_zeros(extra)])
 
+    def layer(self, layer: int, row0: int, b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [B, H, S, D] (views) of rows row0.. up to length ``s``."""
+        kv = self.kv[layer, row0:row0 + b, :, :s]
+        return kv[:, :self.kv_heads], kv[:, self.kv_heads:]
+
+    def write_step(self, layer: int, row0: int, rows: torch.Tensor, kv: torch.Tensor) -> None:
+        """Decode: store kv [B, 2H, D] (one new token per row) at each row's next slot."""
+        b = kv.shape[0]
+        self.kv[layer, row0:row0 + b][rows, :, self.lens[row0:row0 + b]] = kv
+
     def write(self, layer: int, row0: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v [B, H, T, D] of rows row0.. at each row's next slots; return that layer's rows' keys and
-        values up to the longest row (views [B, H, S, D]). ``lens`` moves on in ``advance``."""
+        """Store k, v [B, H, T, D] of rows row0.. at each row's next slots (T > 1: fresh right-padded rows,
+        slots 0..T-1); return the rows' keys and values (views, full length). ``lens`` moves on in ``advance``."""
         b, _, t, _ = k.shape
-        lens = self.lens[row0:row0 + b]
-        kc, vc = self.k[layer, row0:row0 + b], self.v[layer, row0:row0 + b]
         if t == 1:
-            rows = torch.arange(b, device=k.device)
-            kc[rows, :, lens] = k[:, :, 0]
-            vc[rows, :, lens] = v[:, :, 0]
-        else:  # prefill of fresh rows (lens == 0), right-padded: slots 0..T-1
-            kc[:, :, :t] = k
-            vc[:, :, :t] = v
-        return kc, vc
+            self.write_step(layer, row0, torch.arange(b, device=k.device), torch.cat([k[:, :, 0], v[:, :, 0]], 1))
+        else:
+            self.kv[layer, row0:row0 + b, :, :t] = torch.cat([k, v], 1)
+        return self.layer(layer, row0, b, self.max_len)
 
     def advance(self, row0: int, count: torch.Tensor) -> None:
         """Add ``count`` [B] valid entries to rows row0.."""
@@ -62,27 +63,23 @@ class RowCache:
 
     def copy_rows(self, src: list[int], dst: list[int]) -> None:
         """Fork: rows ``dst`` become copies of rows ``src`` (the shared prefix is copied, never recomputed)."""
-        s = torch.tensor(src, device=self.k.device)
-        d = torch.tensor(dst, device=self.k.device)
+        s = torch.tensor(src, device=self.kv.device)
+        d = torch.tensor(dst, device=self.kv.device)
         n = int(self.lens[s].max())
-        self.k[:, d, :, :n] = self.k[:, s, :, :n]
-        self.v[:, d, :, :n] = self.v[:, s, :, :n]
+        self.kv[:, d, :, :n] = self.kv[:, s, :, :n]
         self.lens[d] = self.lens[s]
 
     def move_row(self, src: int, dst: int) -> None:
         n = int(self.lens[src])
-        self.k[:, dst, :, :n] = self.k[:, src, :, :n]
-        self.v[:, dst, :, :n] = self.v[:, src, :, :n]
+        self.kv[:, dst, :, :n] = self.kv[:, src, :, :n]
         self.lens[dst] = self.lens[src]
 
-    def take(self, row: int, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Park: a copy of row's entries from ``start`` on, [layers, H, n, D] each."""
-        end = int(self.lens[row])
-        return self.k[:, row, :, start:end].clone(), self.v[:, row, :, start:end].clone()
+    def take(self, row: int, start: int) -> torch.Tensor:
+        """Park: a copy of row's entries from ``start`` on, [layers, 2H, n, D]."""
+        return self.kv[:, row, :, start:int(self.lens[row])].clone()
 
-    def append(self, row: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Merge: add parked entries [layers, H, n, D] after row's own."""
-        start, n = int(self.lens[row]), k.shape[2]
-        self.k[:, row, :, start:start + n] = k
-        self.v[:, row, :, start:start + n] = v
+    def append(self, row: int, kv: torch.Tensor) -> None:
+        """Merge: add parked entries [layers, 2H, n, D] after row's own."""
+        start, n = int(self.lens[row]), kv.shape[2]
+        self.kv[:, row, :, start:start + n] = kv
         self.lens[row] += n

@@ -56,7 +56,7 @@ class _Path:
     logprobs: list[float | None] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     closed: bool = False  # its closing tag has been chosen
-    parked: tuple[torch.Tensor, torch.Tensor] | None = None
+    parked: torch.Tensor | None = None  # its cache entries while the other paths finish
 
 
 @dataclass(eq=False)
@@ -216,6 +216,13 @@ class _Run:
         self.seen = torch.zeros(rows, vocab, dtype=torch.bool, device=device) if self.penalty != 1.0 else None
         self.eos = set(engine.eos)
         self.path_close = engine.tags.path_close if engine.tags is not None else frozenset()
+        self.bias = None
+        if sampling.logit_bias:
+            self.bias = torch.zeros(vocab, device=device)
+            for t, b in sampling.logit_bias.items():
+                if not 0 <= int(t) < vocab:
+                    raise ValueError(f"SamplingConfig.logit_bias: token id {t} is outside the vocabulary (0..{vocab - 1})")
+                self.bias[int(t)] = float(b)
 
     # ----------------------------------------------------------------------------------------------- loop
 
@@ -384,10 +391,10 @@ class _Run:
         """Choose every row's next token from its logits [B, V] and update the rows."""
         logp = torch.log_softmax(logits, -1)  # [B, V] raw, temperature 1: what training recomputes
         bans = self._plan_budget()
-        shaped = logits
+        shaped = logits if self.bias is None else logits + self.bias
         if self.seen is not None:
             in_path = torch.tensor([r.path >= 0 for r in self.rows], device=self.device)[:, None]
-            shaped = torch.where(in_path, penalise_repeats(logits, self.seen[:len(self.rows)], self.penalty), logits)
+            shaped = torch.where(in_path, penalise_repeats(shaped, self.seen[:len(self.rows)], self.penalty), shaped)
         if bans:
             rows_t = torch.tensor([b[0] for b in bans], device=self.device)
             toks_t = torch.tensor([b[1] for b in bans], device=self.device)
@@ -512,7 +519,7 @@ class _Run:
         # The last path closed: this row becomes the merged stream (prefix + every path).
         for j, p in enumerate(b.paths):
             if j != r.path:
-                self.cache.append(i, *p.parked)
+                self.cache.append(i, p.parked)
                 p.parked = None
             s.tokens += p.tokens
             s.logprobs += p.logprobs

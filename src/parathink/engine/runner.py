@@ -117,25 +117,28 @@ class FastRunner:
     def sync(self) -> None:
         """Re-read the weights (RL changes them between calls): fuse q/k/v and gate/up once per generate."""
         m = self.model
-        self.embed = m.model.embed_tokens.weight
-        self.final_norm = m.model.norm.weight
-        self.head_w = m.lm_head.weight
-        self.head_b = getattr(m.lm_head, "bias", None)
+        hq, hk, d = self.heads, self.kv_heads, self.head_dim
+        self.embed = m.model.embed_tokens.weight.detach()
+        self.final_norm = m.model.norm.weight.detach()
+        self.head_w = m.lm_head.weight.detach()
+        self.head_b = None if getattr(m.lm_head, "bias", None) is None else m.lm_head.bias.detach()
         self.layers = []
         for layer in m.model.layers:
             a, mlp = layer.self_attn, layer.mlp
             qkv_b = None
             if a.q_proj.bias is not None:
                 qkv_b = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).detach()
+            qk_norm = None
+            if hasattr(a, "q_norm"):  # Qwen3: per-head RMSNorm of q and k, here as one weight [Hq + Hk, D]
+                qk_norm = torch.cat([a.q_norm.weight.expand(hq, d), a.k_norm.weight.expand(hk, d)]).detach()
             self.layers.append(dict(
                 ln1=layer.input_layernorm.weight.detach(), ln2=layer.post_attention_layernorm.weight.detach(),
                 qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(), qkv_b=qkv_b,
                 o=a.o_proj.weight.detach(), o_b=None if a.o_proj.bias is None else a.o_proj.bias.detach(),
-                q_norm=a.q_norm.weight.detach() if hasattr(a, "q_norm") else None,
-                k_norm=a.k_norm.weight.detach() if hasattr(a, "k_norm") else None,
+                qk_norm=qk_norm,
                 gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), down=mlp.down_proj.weight.detach(),
                 pv=a.path_vectors if hasattr(a, "path_vectors") else None,
-                scale=float(getattr(a, "scaling", self.head_dim ** -0.5)),
+                scale=float(getattr(a, "scaling", d ** -0.5)),
             ))
         self.rope_len = 0  # the rotary table is rebuilt on the next call
 
@@ -144,56 +147,79 @@ class FastRunner:
         if n <= self.rope_len:
             return
         n = max(n, 2 * self.rope_len, 256)
-        dummy = self.embed[:1]
-        cos, sin = self.model.model.rotary_emb(dummy, torch.arange(n, device=device)[None])  # [1, n, D]
+        cos, sin = self.model.model.rotary_emb(self.embed[:1], torch.arange(n, device=device)[None])  # [1, n, D]
         half = self.head_dim // 2
-        # rotate_half(x) * sin == roll(x, half) * [-sin_lo, sin_hi]: one op fewer per q and k.
+        # rotate_half(x) * sin == roll(x, half) * [-sin_lo, sin_hi]: one op fewer per rotation.
         self.cos, self.sin = cos[0], torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1)
         self.rope_len = n
+
+    def _qkv(self, w: dict, h: torch.Tensor, cos, sin, path_ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """h [..., H] -> q and k rotated, v: qk [..., Hq + Hk, D], v [..., Hk, D]."""
+        hq, hk, d = self.heads, self.kv_heads, self.head_dim
+        qkv = F.linear(h, w["qkv"], w["qkv_b"]).unflatten(-1, (hq + 2 * hk, d))
+        qk, v = qkv[..., :hq + hk, :], qkv[..., hq + hk:, :]
+        if w["qk_norm"] is not None:
+            qk = F.rms_norm(qk, (d,), None, self.eps) * w["qk_norm"]
+        if path_ids is not None:  # ParaThinker: per-path vectors on k (after its norm, before RoPE) and v
+            ids = path_ids.clamp(max=w["pv"].key.shape[0] - 1)
+            inside = (path_ids > 0)[..., None]
+            k = qk[..., hq:, :] + (w["pv"].key[ids] * inside).unflatten(-1, (hk, d))
+            qk = torch.cat([qk[..., :hq, :], k], -2)
+            v = v + (w["pv"].value[ids] * inside).unflatten(-1, (hk, d))
+        return qk * cos + qk.roll(d // 2, -1) * sin, v
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, row0: int, cache: RowCache,
                 path_ids: torch.Tensor | None, last: torch.Tensor | None = None) -> torch.Tensor:
         """tokens, positions [B, T] -> logits [B, V] at ``last`` [B] (T > 1: prefill of fresh rows)."""
-        b, t = tokens.shape
-        hq, hk, d = self.heads, self.kv_heads, self.head_dim
         self._rope(int(positions.max()) + 1, tokens.device)
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, T, D]
-        if t == 1:
-            allowed, s = _decode_mask(cache, row0, b)
-        inside = None
-        if self.path_vectors and path_ids is not None:
-            inside = (path_ids > 0)[..., None]  # [B, T, 1]
-        x = F.embedding(tokens, self.embed)  # [B, T, H]
+        if not self.path_vectors:
+            path_ids = None
+        if tokens.shape[1] == 1:
+            x = self._decode(tokens[:, 0], positions[:, 0], row0, cache, None if path_ids is None else path_ids[:, 0])
+        else:
+            x = self._prefill(tokens, positions, row0, cache, path_ids)
+            x = x[torch.arange(x.shape[0], device=x.device), last]
+        x = F.rms_norm(x, (x.shape[-1],), self.final_norm, self.eps)
+        return F.linear(x, self.head_w, self.head_b)
+
+    def _decode(self, tokens, positions, row0: int, cache: RowCache, path_ids) -> torch.Tensor:
+        """One token per row: tokens, positions [B] -> last hidden states [B, H]."""
+        b = tokens.shape[0]
+        hq, hk, d = self.heads, self.kv_heads, self.head_dim
+        allowed, s = _decode_mask(cache, row0, b)
+        rows = torch.arange(b, device=tokens.device)
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D]
+        x = F.embedding(tokens, self.embed)  # [B, H]
         for li, w in enumerate(self.layers):
             h = F.rms_norm(x, (x.shape[-1],), w["ln1"], self.eps)
-            q, k, v = F.linear(h, w["qkv"], w["qkv_b"]).split([hq * d, hk * d, hk * d], -1)
-            q, k = q.view(b, t, hq, d), k.view(b, t, hk, d)
-            if w["q_norm"] is not None:
-                q = F.rms_norm(q, (d,), w["q_norm"], self.eps)
-                k = F.rms_norm(k, (d,), w["k_norm"], self.eps)
-            if inside is not None:  # ParaThinker: per-path vectors on k (before RoPE) and v
-                ids = path_ids.clamp(max=w["pv"].key.shape[0] - 1)
-                k = k + (w["pv"].key[ids] * inside).view(b, t, hk, d)
-                v = v + w["pv"].value[ids] * inside
-            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, Hq|Hk, T, D]
-            v = v.view(b, t, hk, d).transpose(1, 2)
-            q = q * cos + q.roll(d // 2, -1) * sin
-            k = k * cos + k.roll(d // 2, -1) * sin
-            kc, vc = cache.write(li, row0, k, v)
-            if t == 1:
-                # Pack the query heads that share a key/value head: [B, Hk, Hq/Hk, D] against [B, Hk, S, D].
-                o = F.scaled_dot_product_attention(q.view(b, hk, hq // hk, d), kc[:, :, :s], vc[:, :, :s],
-                                                   attn_mask=allowed, scale=w["scale"])
-            else:
-                kk = kc[:, :, :t].repeat_interleave(hq // hk, 1)
-                vv = vc[:, :, :t].repeat_interleave(hq // hk, 1)
-                o = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, scale=w["scale"])
-            o = o.reshape(b, hq, t, d).transpose(1, 2).reshape(b, t, hq * d)
-            x = x + F.linear(o, w["o"], w["o_b"])
+            qk, v = self._qkv(w, h, cos, sin, path_ids)  # [B, Hq + Hk, D], [B, Hk, D]
+            cache.write_step(li, row0, rows, torch.cat([qk[:, hq:], v], 1))
+            keys, values = cache.layer(li, row0, b, s)
+            # The query heads that share a key/value head attend together: [B, Hk, Hq/Hk, D] vs [B, Hk, S, D].
+            o = F.scaled_dot_product_attention(qk[:, :hq].reshape(b, hk, hq // hk, d), keys, values,
+                                               attn_mask=allowed, scale=w["scale"])
+            x = x + F.linear(o.reshape(b, hq * d), w["o"], w["o_b"])
             h = F.rms_norm(x, (x.shape[-1],), w["ln2"], self.eps)
             gate, up = F.linear(h, w["gate_up"]).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, w["down"])
-        x = x[:, -1] if last is None else x[torch.arange(b, device=x.device), last]  # [B, H]
-        x = F.rms_norm(x, (x.shape[-1],), self.final_norm, self.eps)
-        return F.linear(x, self.head_w, self.head_b)
+        return x
+
+    def _prefill(self, tokens, positions, row0: int, cache: RowCache, path_ids) -> torch.Tensor:
+        """Fresh right-padded rows: tokens, positions [B, T] -> hidden states [B, T, H] (plain causal)."""
+        b, t = tokens.shape
+        hq, hk = self.heads, self.kv_heads
+        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # [B, T, 1, D]
+        x = F.embedding(tokens, self.embed)  # [B, T, H]
+        for li, w in enumerate(self.layers):
+            h = F.rms_norm(x, (x.shape[-1],), w["ln1"], self.eps)
+            qk, v = self._qkv(w, h, cos, sin, path_ids)  # [B, T, Hq + Hk, D], [B, T, Hk, D]
+            q, k, v = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2), v.transpose(1, 2)
+            cache.write(li, row0, k, v)
+            o = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1),
+                                               is_causal=True, scale=w["scale"])
+            x = x + F.linear(o.transpose(1, 2).flatten(2), w["o"], w["o_b"])
+            h = F.rms_norm(x, (x.shape[-1],), w["ln2"], self.eps)
+            gate, up = F.linear(h, w["gate_up"]).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, w["down"])
+        return x

@@ -22,6 +22,9 @@ class SamplingConfig:
     repetition_penalty_in_paths: float = 1.0  # NPR uses 1.02 inside steps only; 1.0 = off
     seed: int | None = None  # None: draw from torch's global generator (the caller seeds it)
     batch_size: int = 64  # rows decoded together (forked paths count as rows)
+    # Added to the sampling logits of every row (token id -> bias; -inf bans). Reported log-probs stay raw,
+    # so a bias makes sampling off-policy: for benchmarks and constrained evaluation, not for RL.
+    logit_bias: dict[int, float] | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

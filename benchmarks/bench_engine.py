@@ -1,0 +1,156 @@
+"""Rollout engine benchmark -> bench-results/engine.json (issue 5).
+
+- ``engine_tok_s`` / ``hf_generate_tok_s``: one stream on the tiny model (the shipped ``tiny_base`` when it
+  exists, else the tiny config with fresh weights: speed does not depend on the weights), 256 new tokens,
+  EOS banned on both sides (``min_new_tokens`` for transformers, a logit bias for the engine).
+- ``fork_speedup[K]``: K paths of 128 tokens decoded one after another in one stream (causal mode) over the
+  same paths forked from the prompt (structured mode; ParaThinker's grammar, whose block opens the response,
+  with the path closers banned so every path runs exactly 128 tokens until the budget closes it).
+- ``max_logprob_diff_*``: engine log-probs against the training forward (``recompute_logprobs``), on the toy
+  model that writes every grammar (``parathink.engine.toy``), fp32.
+
+Timings interleave the compared runs and keep the best of several (the machine is shared); ratios come from
+one run. ``python benchmarks/bench_engine.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_result  # noqa: E402
+
+from parathink.engine import Engine, SamplingConfig, recompute_logprobs  # noqa: E402
+from parathink.engine.toy import prompt_ids, toy_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+NEG = float("-inf")
+
+
+def tiny_model():
+    """The shipped tiny base, or the tiny config (hydra_conf/model/tiny.yaml) with the toy tokenizer."""
+    asset = ROOT / "src/parathink/assets/tiny_base"
+    if (asset / "config.json").exists():
+        from parathink.modeling import load_model
+
+        model, tok = load_model(asset, dtype="float32")
+        return model, tok, "tiny_base"
+    import yaml
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    _, tok = toy_model(steps=0)
+    arch = yaml.safe_load((ROOT / "hydra_conf/model/tiny.yaml").read_text())["config"]
+    cfg = Qwen3Config(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **arch)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(cfg).eval(), tok, "tiny config, fresh weights"
+
+
+def best(fns: dict, rounds: int) -> dict[str, float]:
+    """Interleaved rounds; the best wall time of each function."""
+    out = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            out[k] = min(out[k], time.perf_counter() - t)
+    return out
+
+
+def one_stream(model, tok, n: int, rounds: int) -> dict:
+    prompt = tok.encode("Problem: Tom has 12 apples and buys 7 more. How many now?\nSolution:\n",
+                        add_special_tokens=False)
+    engine = Engine(model, tok, "parallel_r1", "causal")
+    sampling = SamplingConfig(max_new_tokens=n, batch_size=1, logit_bias={tok.eos_token_id: NEG})
+    ids = torch.tensor([prompt])
+
+    def ours():
+        s = engine.generate([prompt], sampling)[0]
+        assert len(s.response_ids) == n, len(s.response_ids)
+
+    def hf():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, max_new_tokens=n,
+                             min_new_tokens=n, pad_token_id=tok.pad_token_id)
+        assert out.shape[1] - ids.shape[1] == n
+
+    with torch.no_grad():
+        ours(), hf()  # warm-up
+        t = best({"engine": ours, "hf": hf}, rounds)
+    return {"engine_tok_s": n / t["engine"], "hf_generate_tok_s": n / t["hf"],
+            "engine_over_hf": t["hf"] / t["engine"], "one_stream_tokens": n}
+
+
+def fork_speedups(model, tok, ks: list[int], path_len: int, rounds: int) -> dict:
+    from parathink.formats.tags import TAGS
+
+    tags = [tok.convert_tokens_to_ids(t) for g in TAGS.values() for t in g]
+    closers = [tok.convert_tokens_to_ids(f"</think{i}>") for i in range(1, 17)]
+    prompt = tok.encode("Problem: Tom has 12 apples and buys 7 more. How many now?\nSolution:\n",
+                        add_special_tokens=False)
+    out, detail = {}, {}
+    for k in ks:
+        total = k * (path_len + 2) + 2  # k paths with open/close tags, then <summary></summary>
+        seq = Engine(model, tok, "parathinker", "causal")
+        fork = Engine(model, tok, "parathinker", "structured", num_paths=k)
+        s_seq = SamplingConfig(max_new_tokens=total, batch_size=1,
+                               logit_bias={t: NEG for t in [tok.eos_token_id, *tags]})
+        s_fork = SamplingConfig(max_new_tokens=total, batch_size=k,
+                                logit_bias={t: NEG for t in [tok.eos_token_id, *closers]})
+
+        def run_seq():
+            assert len(seq.generate([prompt], s_seq)[0].response_ids) == total
+
+        def run_fork():
+            s = fork.generate([prompt], s_fork)[0]
+            assert len(s.response_ids) == total and s.num_blocks == 1, (len(s.response_ids), s.num_blocks)
+
+        with torch.no_grad():
+            run_fork()
+            t = best({"seq": run_seq, "fork": run_fork}, rounds)
+        out[str(k)] = t["seq"] / t["fork"]
+        detail[str(k)] = {"sequential_s": t["seq"], "forked_s": t["fork"], "tokens": total}
+    return {"fork_speedup": out, "fork_detail": detail, "fork_path_tokens": path_len}
+
+
+def logprob_diffs(samples_per_prompt: int) -> dict:
+    model, tok = toy_model()
+    figures = {}
+    for mode in ("causal", "structured"):
+        worst, tokens, blocks = 0.0, 0, 0
+        for grammar in ("parallel_r1", "npr", "parathinker"):
+            engine = Engine(model, tok, grammar, mode, num_paths=3 if grammar == "npr" else 2)
+            samples = engine.generate([prompt_ids(tok, grammar, i) for i in range(16)],
+                                      SamplingConfig(max_new_tokens=96, seed=0), num_samples=samples_per_prompt)
+            with torch.no_grad():
+                logp, _ = recompute_logprobs(model, engine, samples)
+            for i, s in enumerate(samples):
+                n = len(s.logprobs)
+                worst = max(worst, (logp[i, :n] - torch.tensor(s.logprobs)).abs().max().item())
+                tokens += n
+                blocks += s.num_blocks
+        figures[f"max_logprob_diff_{mode}"] = worst
+        figures[f"logprob_tokens_{mode}"] = tokens
+        figures[f"logprob_forks_{mode}"] = blocks
+    return figures
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    torch.set_num_threads(1)  # the shared 2-core machine; both sides of every ratio run alike
+    model, tok, which = tiny_model()
+    figures = {"model": which, "params": sum(p.numel() for p in model.parameters()), "threads": 1}
+    figures.update(one_stream(model, tok, 64 if quick else 256, 2 if quick else 4))
+    figures.update(fork_speedups(model, tok, [2, 4] if quick else [2, 4, 8, 16], 32 if quick else 128,
+                                 1 if quick else 3))
+    figures.update(logprob_diffs(2 if quick else 4))
+    figures["targets"] = {"engine_over_hf": 2.0, "fork_speedup": {"2": 1.6, "4": 3, "8": 5, "16": 8},
+                          "max_logprob_diff": 1e-4}
+    write_result("engine", figures)
+
+
+if __name__ == "__main__":
+    main()
