@@ -99,7 +99,8 @@ def sample_step(engine, problems: list[Problem], cfg: RLConfig, reward_fn, gramm
 
     longest = max(len(p.prompt_ids) for p in problems)
     sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.token_budget - longest,
-                              seed=step_seed(seed, step), batch_size=cfg.rollout_batch_size)
+                              seed=step_seed(seed, step), batch_size=cfg.rollout_batch_size,
+                              repetition_penalty_in_paths=cfg.repetition_penalty_in_paths)
     samples = engine.generate([p.prompt_ids for p in problems], sampling, num_samples=cfg.group_size)
     return [score(s.prompt_index, s, s.text, problems[s.prompt_index].answer, grammar, reward_fn, step)
             for s in samples]
@@ -192,7 +193,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
     policy = accelerator.unwrap_model(model)
-    engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths)
+    engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths, min_fork_budget=cfg.min_fork_budget)
 
     metrics_path = Path(ctx.work_dir) / "metrics.jsonl"
     start, nan_run = 0, 0

@@ -37,6 +37,8 @@ class RLConfig:
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling threshold
     rollout_batch_size: int = 128  # rows the engine decodes together (forked paths count as rows)
+    repetition_penalty_in_paths: float = 1.0  # NPR: 1.02 inside steps only; 1.0 = off
+    min_fork_budget: int = 0  # NPR: no fork with fewer tokens of budget left (1024 in the paper)
 
     # --- objective (DeepSeekMath eq. 3; DAPO; NPR's PAPO) ---
     advantage: str = "group_std"  # parathink.training.advantages registry
@@ -115,6 +117,10 @@ class RLConfig:
             raise bad("temperature", "must be > 0 (sampling is what GRPO learns from)")
         if not 0 < self.top_p <= 1:
             raise bad("top_p", "must be in (0, 1]")
+        if not self.repetition_penalty_in_paths > 0:
+            raise bad("repetition_penalty_in_paths", "must be > 0 (1.0 = off)")
+        if self.min_fork_budget < 0:
+            raise bad("min_fork_budget", "must be >= 0")
         if not self.lr > 0:
             raise bad("lr", "must be > 0")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
