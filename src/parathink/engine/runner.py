@@ -101,45 +101,65 @@ class _CacheView:
         return self.s - 1
 
 
+def _inv_rms(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """1 / sqrt(mean(x^2) + eps) over the last dim, [..., 1]. ``F.rms_norm`` is a slow composite on CPU for
+    tiny rows; a vector norm and two pointwise ops give the same value (to rounding)."""
+    r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return torch.rsqrt(torch.addcmul(eps, r, r, value=1.0 / x.shape[-1]))
+
+
+def _lin(x: torch.Tensor, wt: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., in] @ wt [in, out] (+ b): ``mm`` on a pre-transposed weight skips ``linear``'s overhead."""
+    y = torch.mm(x, wt) if x.dim() == 2 else torch.matmul(x, wt)
+    return y if b is None else y + b
+
+
 class FastRunner:
-    """A functional Qwen3/Llama forward over the model's weights (see the module docstring)."""
+    """A functional Qwen3/Llama forward over the model's weights (see the module docstring).
+
+    ``sync`` keeps transposed copies of the weights with each RMSNorm's weight folded into the projection
+    after it (norm(x) @ W^T == (x / rms(x)) @ (diag(w) W^T)): fine for small models, where this runner is
+    worth it; ``make_runner`` picks the plain forward for large ones.
+    """
 
     def __init__(self, model):
         self.model = model
         cfg = model.config
         self.layers_n, self.kv_heads, self.head_dim = cache_shape(model)
         self.heads = cfg.num_attention_heads
-        self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.path_vectors = bool(getattr(cfg, "parathink_max_paths", 0))
         self.rope_len = 0
         self.sync()
 
     def sync(self) -> None:
-        """Re-read the weights (RL changes them between calls): fuse q/k/v and gate/up once per generate."""
+        """Re-read the weights (RL changes them between calls); called at the start of every generate."""
         m = self.model
         hq, hk, d = self.heads, self.kv_heads, self.head_dim
-        self.embed = m.model.embed_tokens.weight.detach()
-        self.final_norm = m.model.norm.weight.detach()
-        self.head_w = m.lm_head.weight.detach()
-        self.head_b = None if getattr(m.lm_head, "bias", None) is None else m.lm_head.bias.detach()
-        self.layers = []
-        for layer in m.model.layers:
-            a, mlp = layer.self_attn, layer.mlp
-            qkv_b = None
-            if a.q_proj.bias is not None:
-                qkv_b = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).detach()
-            qk_norm = None
-            if hasattr(a, "q_norm"):  # Qwen3: per-head RMSNorm of q and k, here as one weight [Hq + Hk, D]
-                qk_norm = torch.cat([a.q_norm.weight.expand(hq, d), a.k_norm.weight.expand(hk, d)]).detach()
-            self.layers.append(dict(
-                ln1=layer.input_layernorm.weight.detach(), ln2=layer.post_attention_layernorm.weight.detach(),
-                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(), qkv_b=qkv_b,
-                o=a.o_proj.weight.detach(), o_b=None if a.o_proj.bias is None else a.o_proj.bias.detach(),
-                qk_norm=qk_norm,
-                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), down=mlp.down_proj.weight.detach(),
-                pv=a.path_vectors if hasattr(a, "path_vectors") else None,
-                scale=float(getattr(a, "scaling", d ** -0.5)),
-            ))
+        p = next(m.parameters())
+        self.eps = torch.tensor(float(getattr(m.config, "rms_norm_eps", 1e-6)), dtype=p.dtype, device=p.device)
+        with torch.no_grad():
+            self.embed = m.model.embed_tokens.weight.detach()
+            self.head = (m.lm_head.weight * m.model.norm.weight).t().contiguous()  # [H, V], final norm folded
+            self.head_b = None if getattr(m.lm_head, "bias", None) is None else m.lm_head.bias.detach()
+            self.layers = []
+            for layer in m.model.layers:
+                a, mlp = layer.self_attn, layer.mlp
+                ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+                qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                qkv_b = None
+                if a.q_proj.bias is not None:
+                    qkv_b = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+                qk_norm = None
+                if hasattr(a, "q_norm"):  # Qwen3: per-head RMSNorm of q and k, here one weight [Hq + Hk, D]
+                    qk_norm = torch.cat([a.q_norm.weight.expand(hq, d), a.k_norm.weight.expand(hk, d)])
+                gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+                self.layers.append(dict(
+                    qkv=(qkv * ln1).t().contiguous(), qkv_b=qkv_b,
+                    o=a.o_proj.weight.t().contiguous(), o_b=None if a.o_proj.bias is None else a.o_proj.bias.detach(),
+                    qk_norm=qk_norm, gate_up=(gate_up * ln2).t().contiguous(), down=mlp.down_proj.weight.t().contiguous(),
+                    pv=a.path_vectors if hasattr(a, "path_vectors") else None,
+                    scale=float(getattr(a, "scaling", d ** -0.5)),
+                ))
         self.rope_len = 0  # the rotary table is rebuilt on the next call
 
     def _rope(self, n: int, device) -> None:
@@ -153,13 +173,13 @@ class FastRunner:
         self.cos, self.sin = cos[0], torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1)
         self.rope_len = n
 
-    def _qkv(self, w: dict, h: torch.Tensor, cos, sin, path_ids) -> tuple[torch.Tensor, torch.Tensor]:
-        """h [..., H] -> q and k rotated, v: qk [..., Hq + Hk, D], v [..., Hk, D]."""
+    def _qkv(self, w: dict, x: torch.Tensor, cos, sin, path_ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual x [..., H] -> q and k rotated, v: qk [..., Hq + Hk, D], v [..., Hk, D]."""
         hq, hk, d = self.heads, self.kv_heads, self.head_dim
-        qkv = F.linear(h, w["qkv"], w["qkv_b"]).unflatten(-1, (hq + 2 * hk, d))
+        qkv = _lin(x * _inv_rms(x, self.eps), w["qkv"], w["qkv_b"]).unflatten(-1, (hq + 2 * hk, d))
         qk, v = qkv[..., :hq + hk, :], qkv[..., hq + hk:, :]
         if w["qk_norm"] is not None:
-            qk = F.rms_norm(qk, (d,), None, self.eps) * w["qk_norm"]
+            qk = qk * _inv_rms(qk, self.eps) * w["qk_norm"]
         if path_ids is not None:  # ParaThinker: per-path vectors on k (after its norm, before RoPE) and v
             ids = path_ids.clamp(max=w["pv"].key.shape[0] - 1)
             inside = (path_ids > 0)[..., None]
@@ -167,6 +187,10 @@ class FastRunner:
             qk = torch.cat([qk[..., :hq, :], k], -2)
             v = v + (w["pv"].value[ids] * inside).unflatten(-1, (hk, d))
         return qk * cos + qk.roll(d // 2, -1) * sin, v
+
+    def _mlp(self, w: dict, x: torch.Tensor) -> torch.Tensor:
+        gate, up = _lin(x * _inv_rms(x, self.eps), w["gate_up"]).chunk(2, -1)
+        return _lin(F.silu(gate) * up, w["down"])
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, row0: int, cache: RowCache,
@@ -180,8 +204,7 @@ class FastRunner:
         else:
             x = self._prefill(tokens, positions, row0, cache, path_ids)
             x = x[torch.arange(x.shape[0], device=x.device), last]
-        x = F.rms_norm(x, (x.shape[-1],), self.final_norm, self.eps)
-        return F.linear(x, self.head_w, self.head_b)
+        return _lin(x * _inv_rms(x, self.eps), self.head, self.head_b)
 
     def _decode(self, tokens, positions, row0: int, cache: RowCache, path_ids) -> torch.Tensor:
         """One token per row: tokens, positions [B] -> last hidden states [B, H]."""
@@ -192,34 +215,27 @@ class FastRunner:
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D]
         x = F.embedding(tokens, self.embed)  # [B, H]
         for li, w in enumerate(self.layers):
-            h = F.rms_norm(x, (x.shape[-1],), w["ln1"], self.eps)
-            qk, v = self._qkv(w, h, cos, sin, path_ids)  # [B, Hq + Hk, D], [B, Hk, D]
+            qk, v = self._qkv(w, x, cos, sin, path_ids)  # [B, Hq + Hk, D], [B, Hk, D]
             cache.write_step(li, row0, rows, torch.cat([qk[:, hq:], v], 1))
             keys, values = cache.layer(li, row0, b, s)
             # The query heads that share a key/value head attend together: [B, Hk, Hq/Hk, D] vs [B, Hk, S, D].
             o = F.scaled_dot_product_attention(qk[:, :hq].reshape(b, hk, hq // hk, d), keys, values,
                                                attn_mask=allowed, scale=w["scale"])
-            x = x + F.linear(o.reshape(b, hq * d), w["o"], w["o_b"])
-            h = F.rms_norm(x, (x.shape[-1],), w["ln2"], self.eps)
-            gate, up = F.linear(h, w["gate_up"]).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, w["down"])
+            x = x + _lin(o.reshape(b, hq * d), w["o"], w["o_b"])
+            x = x + self._mlp(w, x)
         return x
 
     def _prefill(self, tokens, positions, row0: int, cache: RowCache, path_ids) -> torch.Tensor:
         """Fresh right-padded rows: tokens, positions [B, T] -> hidden states [B, T, H] (plain causal)."""
-        b, t = tokens.shape
         hq, hk = self.heads, self.kv_heads
         cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # [B, T, 1, D]
         x = F.embedding(tokens, self.embed)  # [B, T, H]
         for li, w in enumerate(self.layers):
-            h = F.rms_norm(x, (x.shape[-1],), w["ln1"], self.eps)
-            qk, v = self._qkv(w, h, cos, sin, path_ids)  # [B, T, Hq + Hk, D], [B, T, Hk, D]
+            qk, v = self._qkv(w, x, cos, sin, path_ids)  # [B, T, Hq + Hk, D], [B, T, Hk, D]
             q, k, v = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2), v.transpose(1, 2)
             cache.write(li, row0, k, v)
             o = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1),
                                                is_causal=True, scale=w["scale"])
-            x = x + F.linear(o.transpose(1, 2).flatten(2), w["o"], w["o_b"])
-            h = F.rms_norm(x, (x.shape[-1],), w["ln2"], self.eps)
-            gate, up = F.linear(h, w["gate_up"]).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, w["down"])
+            x = x + _lin(o.transpose(1, 2).flatten(2), w["o"], w["o_b"])
+            x = x + self._mlp(w, x)
         return x
