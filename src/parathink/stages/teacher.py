@@ -1,0 +1,170 @@
+"""The `teacher` stage: cold-start parallel traces (Parallel-R1 Sec. 3.1; NPR's self-distillation).
+
+Reads the problems of ``teacher.problems`` (by default ``data.cold_start``), asks the configured backend for one
+parallel trace per problem, and publishes ``raw.jsonl`` (``id, source, problem, answer, level, response`` plus
+the backend's own fields) in problem order. Records are appended to ``work_dir/raw.jsonl`` as they finish, so
+a killed or failed run resumes with no record lost or written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from parathink.stages.context import ConfigError, StageContext
+from parathink.teacher import BACKENDS, RawStore, TeacherUnavailable
+
+SHARED_KEYS = ("data", "format", "seed", "model")
+OUTPUT_FIELDS = ("id", "source", "problem", "answer", "level", "response")
+EXTRA_FIELDS = ("path_answers", "vote", "finish_reason")
+
+
+def validate(cfg: DictConfig) -> None:
+    t = cfg.teacher
+    if t.backend not in BACKENDS:
+        raise ConfigError(f"teacher.backend: {t.backend!r} is not one of {', '.join(BACKENDS)}")
+    if t.backend in ("scripted", "self") and t.grammar != "parallel_r1":
+        raise ConfigError(f"teacher.grammar: backend {t.backend} writes parallel_r1 traces only, got {t.grammar!r}")
+    for backend, key in (("hf", "model"), ("openai", "model"), ("vllm", "model")):
+        if t.backend == backend and not t[backend][key]:
+            raise ConfigError(f"teacher.{backend}.{key}: required for teacher.backend={backend}")
+    if t.backend in ("scripted", "self") and int(t[t.backend].num_paths) < 2:
+        raise ConfigError(f"teacher.{t.backend}.num_paths: a block needs >= 2 paths, got {t[t.backend].num_paths}")
+    problems = t.problems
+    if not OmegaConf.is_list(problems) or len(problems) == 0:
+        raise ConfigError("teacher.problems: a non-empty list of problem sets is required")
+    for i, spec in enumerate(problems):
+        if not spec.get("source"):
+            raise ConfigError(f"teacher.problems[{i}].source: missing")
+        if t.backend == "scripted" and spec.source != "synthetic":
+            raise ConfigError(f"teacher.problems[{i}].source: the scripted teacher handles synthetic problems only, "
+                              f"got {spec.source!r}")
+
+
+def load_problem_sets(specs: Any, seed: int, limit: int | None) -> list[dict]:
+    from parathink.data.sources import load_problems
+
+    problems, seen = [], set()
+    for spec in OmegaConf.to_container(specs, resolve=True) if OmegaConf.is_config(specs) else specs:
+        for rec in load_problems(spec, seed=seed):
+            if rec["id"] not in seen:
+                seen.add(rec["id"])
+                problems.append(rec)
+    return problems[:limit] if limit else problems
+
+
+def _load(source: str, cfg: DictConfig):
+    from parathink.modeling import load_model
+
+    return load_model(source, device="cpu", dtype=cfg.model.get("dtype"))
+
+
+def make_backend(cfg: DictConfig, ctx: StageContext):
+    t = cfg.teacher
+    name = t.backend
+    if name == "scripted":
+        from parathink.teacher.scripted import ScriptedTeacher
+
+        return ScriptedTeacher(list(t.scripted.strategies), int(t.scripted.num_paths), int(t.scripted.prefix_steps))
+    if name in ("self", "hf"):
+        from parathink.teacher.generators import Sampling, make_generator
+
+        sec = t[name]
+        source = sec.model if sec.model else str(ctx.input("base") / "model")
+        model, tok = _load(source, cfg)
+        generator = make_generator(sec.get("generator", "hf"), model, tok, t.grammar)
+        sampling = Sampling(temperature=float(sec.temperature), top_p=float(sec.top_p),
+                            max_new_tokens=int(sec.max_new_tokens), seed=int(cfg.seed), batch_size=int(sec.batch_size))
+        if name == "self":
+            from parathink.teacher.selfdistill import SelfTeacher
+
+            return SelfTeacher(generator, tok, sampling, num_paths=int(sec.num_paths), chunk=int(sec.chunk))
+        from parathink.teacher.hf import HFTeacher
+
+        return HFTeacher(generator, tok, sampling, grammar=t.grammar)
+    if name == "openai":
+        from parathink.teacher.openai_http import OpenAIConfig, OpenAITeacher
+
+        o = t.openai
+        return OpenAITeacher(OpenAIConfig(
+            base_url=o.base_url, model=o.model, api=o.api, api_key_env=o.api_key_env, concurrency=int(o.concurrency),
+            timeout_s=float(o.timeout_s), max_retries=int(o.max_retries), backoff_s=float(o.backoff_s),
+            max_tokens=int(o.max_tokens), temperature=float(o.temperature), top_p=float(o.top_p), grammar=t.grammar))
+    from parathink.teacher.vllm_offline import VLLMTeacher
+
+    v = t.vllm
+    return VLLMTeacher(v.model, temperature=float(v.temperature), top_p=float(v.top_p), max_tokens=int(v.max_tokens),
+                       seed=int(cfg.seed), grammar=t.grammar, engine_kwargs=OmegaConf.to_container(v.engine_kwargs))
+
+
+def output_record(rec: dict, backend: str) -> dict:
+    out = {k: rec[k] for k in OUTPUT_FIELDS if rec.get(k) is not None}
+    out.update({k: rec[k] for k in EXTRA_FIELDS if k in rec})
+    out["teacher"] = backend
+    return out
+
+
+def _write_jsonl(path, records: list[dict]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _summary(records: list[dict], grammar: str) -> dict[str, float]:
+    from parathink.formats import parse
+    from parathink.grading import grade
+
+    if not records:
+        return {"parallel_rate": 0.0, "accuracy": 0.0}
+    parallel = sum(parse(r["response"], grammar).parallel for r in records)
+    correct = sum(grade(r["response"], r["answer"])[1] for r in records)
+    return {"parallel_rate": parallel / len(records), "accuracy": correct / len(records)}
+
+
+def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
+    t = cfg.teacher
+    problems = load_problem_sets(t.problems, int(cfg.seed), t.get("limit"))
+    store = RawStore(ctx.work_dir / "raw.jsonl")
+    resumed = sum(p["id"] in store for p in problems)
+    pending = [p for p in problems if p["id"] not in store]
+    started = time.time()
+    generated = 0
+    if pending:
+        backend = make_backend(cfg, ctx)
+        bar = None
+        if ctx.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(problems), initial=resumed, desc=f"teacher ({t.backend})", unit="problem")
+        try:
+            for rec in backend.generate(pending):
+                store.append(output_record(rec, t.backend))
+                generated += 1
+                if bar is not None:
+                    bar.update(1)
+        except TeacherUnavailable as e:
+            raise TeacherUnavailable(f"{e}; {len(store)} of {len(problems)} records kept in {store.path}, "
+                                     f"a rerun resumes from there") from None
+        finally:
+            store.close()
+            if bar is not None:
+                bar.close()
+            if hasattr(backend, "close"):
+                backend.close()
+    elapsed = time.time() - started
+    records = store.ordered(problems)
+    missing = len(problems) - len(records)
+    if missing:
+        raise RuntimeError(f"teacher: backend {t.backend} returned no record for {missing} of {len(problems)} problems")
+    _write_jsonl(ctx.out_dir / "raw.jsonl", records)
+    metrics = {"problems": float(len(problems)), "generated": float(generated), "resumed": float(resumed),
+               "seconds": elapsed, "records_per_s": generated / elapsed if elapsed > 0 else 0.0,
+               **_summary(records, t.grammar)}
+    ctx.tracker.log_metrics(metrics)
+    return metrics
