@@ -48,9 +48,9 @@ def tiny_checkpoint(dest: Path) -> tuple[Path, str]:
 
 
 def problems(n: int, seed: int = 0) -> list[dict]:
-    from parathink.data.synthetic import generate
+    from parathink.data.sources import load_problems
 
-    return generate("hard", "train", n, seed)
+    return load_problems({"source": "synthetic", "level": "hard", "split": "train", "n": n}, seed=seed)
 
 
 def accuracy_reward(completions, answer, **_) -> list[float]:
@@ -110,9 +110,10 @@ def time_ours(ckpt: Path, args, work: Path) -> dict:
     from parathink.training.rl import RLConfig, setup_problems, train
 
     tok = load_tokenizer(ckpt)
-    probe = RLConfig(level="hard", num_problems=args.prompts * (args.steps + 1), token_budget=10_000)
+    spec = {"source": "synthetic", "level": "hard", "split": "train", "n": args.prompts * (args.steps + 1)}
+    probe = RLConfig(problems=spec, token_budget=10_000)
     longest = max(len(p.prompt_ids) for p in setup_problems(probe, tok, 0, "bench"))
-    cfg = RLConfig(init_from="-", level="hard", num_problems=args.prompts * (args.steps + 1), reward="accuracy",
+    cfg = RLConfig(init_from="-", problems=spec, reward="accuracy",
                    mode="causal", steps=args.steps + 1, prompts_per_step=args.prompts, group_size=args.group,
                    token_budget=longest + args.new_tokens, temperature=1.0, top_p=1.0, advantage="group_std",
                    policy_loss="clipped", loss_agg="token_mean", kl_coef=0.0, updates_per_step=1,

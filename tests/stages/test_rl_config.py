@@ -42,7 +42,8 @@ def test_schedules_and_modes_per_stage():
     ("rl_hard.token_budget=0", "rl_hard.token_budget"),
     ("rl_hard.mode=tree", "rl_hard.mode"),
     ("rl_hard.temperature=0", "rl_hard.temperature"),
-    ("rl_easy.level=medium", "rl_easy.level"),
+    ("rl_easy.problems.level=medium", "rl_easy.problems.level"),
+    ("rl_hard.problems.split=test", "rl_hard.problems.split"),
 ])
 def test_bad_values_fail_in_validate_naming_the_key(override, key):
     stage = key.split(".")[0]

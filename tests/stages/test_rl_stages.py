@@ -42,7 +42,7 @@ def test_stage_runs_from_its_input_and_publishes(stage, run_root):
     import importlib
 
     small = [f"{stage}.steps=2", f"{stage}.prompts_per_step=2", f"{stage}.group_size=2", f"{stage}.token_budget=100",
-             f"{stage}.num_problems=8"]
+             f"{stage}.problems.n=8"]
     with initialize_config_dir(config_dir=CONF, version_base=None):
         cfg = compose(config_name="config", overrides=small)
     module = importlib.import_module(f"parathink.stages.{stage}")

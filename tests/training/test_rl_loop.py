@@ -54,7 +54,7 @@ def ckpt(tmp_path_factory):
 
 
 def _cfg(**kw) -> RLConfig:
-    base = dict(init_from="-", level="easy", num_problems=64, reward="test_digits", mode="structured",
+    base = dict(init_from="-", problems={"source": "synthetic", "level": "easy", "split": "train", "n": 64}, reward="test_digits", mode="structured",
                 steps=4, prompts_per_step=4, group_size=8, token_budget=70, lr=1e-2, micro_batch_size=16,
                 checkpoint_every=2)
     base.update(kw)

@@ -57,10 +57,10 @@ class Problem:
 def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Problem]:
     """Draw the train problems and tokenize their prompts; refuse any prompt that leaves no response budget."""
     from parathink.data.prompts import build_prompt
-    from parathink.data.synthetic import generate
+    from parathink.data.sources import load_problems
 
     out = []
-    for rec in generate(cfg.level, "train", cfg.num_problems, seed):
+    for rec in load_problems(cfg.problems, seed=seed):
         ids = tokenizer(build_prompt(rec["problem"], tokenizer), add_special_tokens=False)["input_ids"]
         if len(ids) >= cfg.token_budget:
             from parathink.stages.context import ConfigError
@@ -206,7 +206,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         metrics_path.unlink()
     ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k != "extra"})
 
-    history: list[dict[str, float]] = []
+    began = time.perf_counter()
     for step in range(start + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         chosen = [problems[i] for i in problems_for_step(len(problems), cfg.prompts_per_step, step, ctx.seed)]
@@ -230,10 +230,11 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         ctx.tracker.log_metrics(record, step=step)
         with metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(_jsonable(record)) + "\n")
-        history.append(record)
         if skipped and nan_run >= cfg.max_nan_steps:
             raise TrainingDiverged(f"{stage}: {nan_run} steps in a row skipped (last at step {step}: {skipped}); "
                                    f"stopping (max_nan_steps={cfg.max_nan_steps}). Lower {stage}.lr or check the rewards.")
+        if cfg.max_minutes and time.perf_counter() - began >= 60 * cfg.max_minutes:
+            break  # the wall-clock cap: publish what we have (the summary's `steps` says how far we got)
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             accelerator.wait_for_everyone()
             rl_checkpoint.save(accelerator, Path(ctx.work_dir), step, {"nan_run": nan_run})

@@ -22,8 +22,11 @@ MIXED_PRECISION = ("no", "bf16", "fp16")
 class RLConfig:
     # --- start, data, reward (Parallel-R1 §3.3: which model, which problems, which schedule) ---
     init_from: str = "sft"  # earlier stage whose ``model/`` is the starting policy
-    level: str = "hard"  # synthetic problem level (parathink.data.synthetic)
-    num_problems: int = 4000  # train problems drawn once; steps cycle through them, reshuffled each epoch
+    # Train problems, any spec of parathink.data.sources.load_problems: the synthetic domain
+    # ({source: synthetic, level, split: train, n}) or a data set ({source: gsm8k | dapo_math_17k, uri, limit}).
+    # Steps cycle through them, reshuffled each epoch.
+    problems: Mapping[str, Any] = field(default_factory=lambda: {"source": "synthetic", "level": "hard",
+                                                                 "split": "train", "n": 4000})
     reward: str = "accuracy"  # reward schedule name in parathink.rewards
     scaffold_steps: int = 200  # reward=scaffold: alternating S2 reward up to this step, accuracy after (§4.3)
     mode: str = "structured"  # engine mode: causal (Seen) or structured (Unseen, paths forked)
@@ -62,6 +65,7 @@ class RLConfig:
     # --- robustness and bookkeeping ---
     max_nan_steps: int = 3  # consecutive steps with a NaN loss or reward before training stops
     checkpoint_every: int = 25  # steps between resumable checkpoints in the work dir
+    max_minutes: float = 0.0  # wall-clock cap: stop after the step that crosses it and publish; 0 = none
     mixed_precision: str = "no"  # accelerate's mixed precision
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys the stage file adds (``enabled``)
 
@@ -83,6 +87,8 @@ class RLConfig:
         unexpected = sorted(set(extra) - {"enabled"})
         if unexpected:
             raise ValueError(f"{stage}.{unexpected[0]}: unknown RL setting")
+        if "problems" in values:
+            values["problems"] = dict(values["problems"])
         if "betas" in values:
             values["betas"] = tuple(float(b) for b in values["betas"])
         cfg = cls(**values, extra=extra)
@@ -103,11 +109,10 @@ class RLConfig:
             raise bad("mode", f"expected one of {ENGINE_MODES}")
         if self.mixed_precision not in MIXED_PRECISION:
             raise bad("mixed_precision", f"expected one of {MIXED_PRECISION}")
-        if self.level not in ("easy", "hard"):
-            raise bad("level", "expected easy or hard")
+        self._check_problems(stage)
         if self.group_size < 2:
             raise bad("group_size", "a group needs >= 2 rollouts (one rollout has no group baseline)")
-        for key in ("steps", "prompts_per_step", "num_problems", "token_budget", "updates_per_step",
+        for key in ("steps", "prompts_per_step", "token_budget", "updates_per_step",
                     "micro_batch_size", "max_nan_steps", "checkpoint_every", "rollout_batch_size"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be >= 1")
@@ -127,7 +132,23 @@ class RLConfig:
             raise bad("eps_low", "need 0 <= eps_low < 1 and eps_high >= 0")
         if self.kl_coef < 0:
             raise bad("kl_coef", "must be >= 0")
+        if self.max_minutes < 0:
+            raise bad("max_minutes", "must be >= 0 (0 = no cap)")
         if self.warmup_steps < 0:
             raise bad("warmup_steps", "must be >= 0")
         if self.policy_loss == "on_policy" and self.updates_per_step > 1:
             raise bad("updates_per_step", "the strict on-policy loss (PAPO) allows one update per rollout batch")
+
+    def _check_problems(self, stage: str) -> None:
+        spec = dict(self.problems)
+        where = f"{stage}.problems"
+        if not spec.get("source"):
+            raise ValueError(f"{where}={spec}: needs a 'source' (synthetic, gsm8k, dapo_math_17k, ...)")
+        if spec["source"] != "synthetic":
+            return  # the loader itself names a bad source or URI, still before any rollout
+        if spec.get("level") not in ("easy", "hard"):
+            raise ValueError(f"{where}.level={spec.get('level')!r}: expected easy or hard")
+        if spec.get("split") != "train":
+            raise ValueError(f"{where}.split={spec.get('split')!r}: RL trains on the train split only")
+        if not isinstance(spec.get("n"), int) or spec["n"] < 1:
+            raise ValueError(f"{where}.n={spec.get('n')!r}: must be an integer >= 1")
