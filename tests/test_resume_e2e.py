@@ -19,14 +19,15 @@ from mlflow.tracking import MlflowClient
 
 import parathink
 from parathink.stages.manifest import MANIFEST, tree_hashes
+from parathink.tracking.testing import sqlite_store
 
 STAGE_FILE = str(Path(__file__).parent / "stages" / "resume_stage.py")
 SRC = str(Path(parathink.__file__).parents[1])
 
 
 def command(tmp: Path) -> list[str]:
-    sections = {"prep": "steps=2", "train": "steps=8 sleep=0.5 input=prep model=true",
-                "tune": "steps=6 sleep=0.5 input=train model=true"}
+    sections = {"prep": "steps=2", "train": "steps=8 sleep=0.3 input=prep model=true",
+                "tune": "steps=6 sleep=0.3 input=train model=true"}
     ovr = [f"run_dir={tmp / 'run'}", "stages=[prep,train,tune]", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}"]
     for name, kv in sections.items():
         ovr += [f"+stage_modules.{name}={STAGE_FILE}", f"+{name}.calls={tmp / 'calls.jsonl'}"]
@@ -73,6 +74,7 @@ def assert_published_outputs_intact(run: Path) -> None:
 @pytest.mark.slow
 def test_sigkill_during_two_stages_then_resume(tmp_path):
     run = tmp_path / "run"
+    sqlite_store(tmp_path / "mlflow.db")
     proc = start(tmp_path)
     kill_when(proc, run / ".work" / "train" / "ckpt.json", 3)
     assert (run / "prep" / MANIFEST).exists() and not (run / "train").exists()

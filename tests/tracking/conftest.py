@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from parathink.tracking.testing import sqlite_store
+
 _spec = importlib.util.spec_from_file_location("runner_fixtures", Path(__file__).parents[1] / "stages" / "conftest.py")
 _fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixtures)
@@ -18,6 +20,6 @@ def curriculum(tmp_path, monkeypatch):
     monkeypatch.setenv("CI", "true")
     c = _fixtures.Curriculum(tmp_path, tracking="sqlite")
     c.sections["eval"] = {"steps": 1, "results": "[train,tune]"}
-    c.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c.uri = sqlite_store(tmp_path / "mlflow.db")
     return c
 
