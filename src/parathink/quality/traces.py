@@ -1,0 +1,183 @@
+"""The trace filter: which raw teacher traces become cold-start SFT data (Parallel-R1 Sec. 3.1).
+
+A trace is accepted when it is parallel (valid format with at least one block, DESIGN.md), its final answer is
+correct, its length is within bounds, and it is the first such trace of its problem. Everything else is
+rejected with every reason that applies, so the report's reasons histogram is the paper's Table 1 for our data
+(how often the teacher fails the format, the answer, or both).
+
+Bad input never stops the filter: a line that is not UTF-8, not JSON, not an object, or lacks a field is
+counted and listed (file, line, why) in the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from parathink.formats import parse
+from parathink.grading import grade
+
+REQUIRED = ("problem", "answer", "response")
+MAX_LISTED_BAD_LINES = 1000  # the report lists this many; the count is always exact
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    grammar: str = "parallel_r1"
+    min_chars: int = 1  # response length bounds, in characters
+    max_chars: int = 8000
+    one_per_problem: bool = True
+
+
+@dataclass
+class BadLine:
+    file: str
+    line: int
+    why: str
+
+
+def read_raw(path: str | Path) -> Iterator[tuple[int, dict] | BadLine]:
+    """Each line of a raw JSONL file: ``(line number, record)`` or a ``BadLine`` saying why it is unusable."""
+    path = Path(path)
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield BadLine(str(path), lineno, f"not UTF-8 ({e.reason} at byte {e.start})")
+                continue
+            try:
+                rec = json.loads(text)
+            except json.JSONDecodeError as e:
+                yield BadLine(str(path), lineno, f"not JSON ({e.msg} at column {e.colno})")
+                continue
+            if not isinstance(rec, dict):
+                yield BadLine(str(path), lineno, f"not a JSON object ({type(rec).__name__})")
+                continue
+            missing = [k for k in REQUIRED if k not in rec or rec[k] is None]
+            if missing:
+                yield BadLine(str(path), lineno, f"missing field(s) {', '.join(missing)}")
+                continue
+            if not isinstance(rec["response"], str) or not isinstance(rec["problem"], str):
+                yield BadLine(str(path), lineno, "problem and response must be strings")
+                continue
+            yield lineno, rec
+
+
+@dataclass
+class Judged:
+    """One record's verdict and the figures the gates and the report need."""
+
+    record: dict
+    valid: bool
+    parallel: bool
+    correct: bool
+    extracted: str | None
+    length: int
+    num_blocks: int
+    empty_paths: int
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return not self.reasons
+
+
+def judge(rec: dict, cfg: FilterConfig) -> Judged:
+    """Format, answer and length checks of one record (duplicates are decided by ``filter_records``)."""
+    response = rec["response"]
+    trace = parse(response, cfg.grammar)
+    extracted, correct = grade(response, str(rec["answer"]))
+    reasons = [f"format:{code}" for code in trace.errors]
+    if trace.valid and not trace.blocks:
+        reasons.append("no_block")
+    if extracted is None:
+        reasons.append("no_answer")
+    elif not correct:
+        reasons.append("incorrect")
+    n = len(response)
+    if n < cfg.min_chars:
+        reasons.append("too_short")
+    elif n > cfg.max_chars:
+        reasons.append("too_long")
+    empty = sum(1 for b in trace.blocks for p in b.paths if not p.text.strip())
+    return Judged(rec, trace.valid, trace.parallel, correct, extracted, n, len(trace.blocks), empty, reasons)
+
+
+@dataclass
+class FilterResult:
+    judged: list[Judged]
+    bad_lines: list[BadLine]
+    lines: int
+
+    @property
+    def accepted(self) -> list[Judged]:
+        return [j for j in self.judged if j.accepted]
+
+    @property
+    def rejected(self) -> list[Judged]:
+        return [j for j in self.judged if not j.accepted]
+
+
+def filter_records(items: Iterable[tuple[int, dict] | BadLine], cfg: FilterConfig) -> FilterResult:
+    judged, bad, lines = [], [], 0
+    kept_problems: set[str] = set()
+    for item in items:
+        lines += 1
+        if isinstance(item, BadLine):
+            bad.append(item)
+            continue
+        _, rec = item
+        j = judge(rec, cfg)
+        if cfg.one_per_problem and j.accepted:
+            key = " ".join(rec["problem"].split())
+            if key in kept_problems:
+                j.reasons.append("duplicate_problem")  # the first accepted trace of a problem is kept
+            else:
+                kept_problems.add(key)
+        judged.append(j)
+    return FilterResult(judged, bad, lines)
+
+
+def _rates(group: list[Judged]) -> dict[str, float]:
+    n = len(group)
+    counts = {"records": n, "valid": sum(j.valid for j in group), "parallel": sum(j.parallel for j in group),
+              "correct": sum(j.correct for j in group), "accepted": sum(j.accepted for j in group)}
+    rates = {f"{k}_rate": (counts[k] / n if n else 0.0) for k in ("valid", "parallel", "correct", "accepted")}
+    return {**counts, **rates}
+
+
+def build_report(result: FilterResult, cfg: FilterConfig, input_path: str) -> dict:
+    """Counts and rates overall, per source and per level; reasons histogram; bad lines (file, line, why)."""
+    by_source: dict[str, list[Judged]] = defaultdict(list)
+    by_level: dict[str, list[Judged]] = defaultdict(list)
+    for j in result.judged:
+        by_source[str(j.record.get("source", "unknown"))].append(j)
+        if j.record.get("level") is not None:
+            by_level[str(j.record["level"])].append(j)
+    reasons = Counter(r for j in result.judged for r in j.reasons)
+    return {
+        "input": input_path,
+        "format": cfg.grammar,
+        "bounds": {"min_chars": cfg.min_chars, "max_chars": cfg.max_chars, "one_per_problem": cfg.one_per_problem},
+        "lines": result.lines,
+        "bad_lines": len(result.bad_lines),
+        "overall": _rates(result.judged),
+        "per_source": {k: _rates(v) for k, v in sorted(by_source.items())},
+        "per_level": {k: _rates(v) for k, v in sorted(by_level.items())},
+        "reasons": dict(reasons.most_common()),
+        "bad_line_list": [vars(b) for b in result.bad_lines[:MAX_LISTED_BAD_LINES]],
+    }
+
+
+def accepted_record(j: Judged) -> dict:
+    return {**j.record, "num_blocks": j.num_blocks, "length": j.length}
+
+
+def rejected_record(j: Judged) -> dict:
+    return {**j.record, "reasons": j.reasons}
