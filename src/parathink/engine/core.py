@@ -32,6 +32,7 @@ from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
 from parathink.engine.runner import cache_shape, make_runner
 from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats
 from parathink.formats.layouts import Layout, TagIds, build_layout, causal_layout
+from parathink.formats.tags import MAX_PARATHINKER_PATHS
 
 MODES = ("causal", "structured")
 
@@ -125,9 +126,9 @@ class Engine:
             if mode == "structured":
                 raise
             self.tags = None  # causal sampling of a model without tags: nothing to fork or close
+        if grammar == "parathinker" and num_paths > MAX_PARATHINKER_PATHS:
+            raise ValueError(f"parathinker has tags for at most {MAX_PARATHINKER_PATHS} paths, asked {num_paths}")
         self.g: ForkGrammar | None = None if self.tags is None else fork_grammar(self.tags, tokenizer, num_paths)
-        if mode == "structured" and grammar == "parathinker" and num_paths > self.g.max_paths:
-            raise ValueError(f"parathinker has tags for at most {self.g.max_paths} paths, asked {num_paths}")
         eos = {tokenizer.eos_token_id}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
@@ -485,7 +486,7 @@ class _Run:
             self._reserve(len(self.rows) + k - 1)
             self.cache.copy_rows([i] * len(new), new)
             if self.seen is not None:
-                self.seen[new] = self.seen[i]
+                self.seen[new] = self.seen[i].clone()
         rows = [r] + [_Row(seq=s, pos=r.pos) for _ in new]
         self.rows += rows[1:]
         s.rows = list(rows)

@@ -1,0 +1,132 @@
+"""Budget, forced closers, prefix sharing, sampling options and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from parathink.engine import Engine, SamplingConfig, recompute_logprobs
+from parathink.engine.toy import prompt_ids
+from parathink.formats import parse
+
+
+def _prompts(tok, grammar, n):
+    return [prompt_ids(tok, grammar, i) for i in range(n)]
+
+
+@pytest.mark.parametrize("grammar", ["parallel_r1", "npr", "parathinker"])
+@pytest.mark.parametrize("budget", [9, 14, 24])
+def test_budget_counts_every_branch_and_closes_open_tags(toy, grammar, budget):
+    model, tok = toy
+    engine = Engine(model, tok, grammar, "structured", num_paths=3 if grammar == "npr" else 2)
+    samples = engine.generate(_prompts(tok, grammar, 6), SamplingConfig(max_new_tokens=budget, seed=3), num_samples=3)
+    path_open = engine.tags.path_open
+    for s in samples:
+        assert len(s.response_ids) == len(s.logprobs) == len(s.loss_mask) <= budget
+        if s.loss_mask[-1] == 0 and s.finish_reason == "length":  # cut inside a block or summary
+            assert s.response_ids[-1] == engine.g.summary_close
+        if grammar == "parallel_r1" and s.num_blocks and s.finish_reason == "length":
+            # Every tag the engine opened is closed (stray tags the model wrote inside a path may remain).
+            assert "unclosed_tag" not in parse(s.text, grammar=grammar).errors, s.text
+        # Each path of each block starts with the engine's opening tag.
+        forced_opens = sum(1 for t, m in zip(s.response_ids, s.loss_mask) if t in path_open and m == 0)
+        assert forced_opens >= (2 if grammar != "npr" else 1) * s.num_blocks
+    with torch.no_grad():
+        logp, _ = recompute_logprobs(model, engine, samples)
+    assert max((logp[i, :len(s.logprobs)] - torch.tensor(s.logprobs)).abs().max().item()
+               for i, s in enumerate(samples)) <= 1e-4
+
+
+def test_forced_budget_closers_are_masked(toy):
+    """A budget that ends inside the paths: the engine writes </Path>, </Parallel>, <Summary>, </Summary>."""
+    model, tok = toy
+    engine = Engine(model, tok, "parathinker", "structured", num_paths=2)
+    closers = [tok.convert_tokens_to_ids(f"</think{i}>") for i in (1, 2)]
+    sampling = SamplingConfig(max_new_tokens=20, seed=0, logit_bias={c: float("-inf") for c in closers})
+    for s in engine.generate(_prompts(tok, "parathinker", 3), sampling):
+        assert s.finish_reason == "length" and len(s.response_ids) == 20 and s.num_blocks == 1
+        tail = tok.convert_ids_to_tokens(s.response_ids[-2:])
+        assert tail == ["<summary>", "</summary>"] and s.loss_mask[-2:] == [0, 0]
+        assert sum(1 - m for m in s.loss_mask) == 6  # 2 openers, 2 closers, <summary>, </summary>
+
+
+def test_fork_refused_without_budget(toy):
+    """No fork when the block could not be closed (or with less than min_fork_budget left)."""
+    model, tok = toy
+    engine = Engine(model, tok, "parallel_r1", "structured", min_fork_budget=10_000)
+    samples = engine.generate(_prompts(tok, "parallel_r1", 4), SamplingConfig(max_new_tokens=60, seed=0), 2)
+    opener = engine.tags.ids["<Parallel>"]
+    assert all(s.num_blocks == 0 and opener not in s.response_ids for s in samples)
+
+
+def test_prefix_is_shared_not_recomputed(toy):
+    """Tokens through the model: each distinct prompt once, each response token at most once."""
+    model, tok = toy
+    engine = Engine(model, tok, "parallel_r1", "structured")
+    fed = []
+    inner = engine.runner.forward
+
+    def counting(tokens, *a, **k):
+        fed.append(tokens.numel() if tokens.shape[1] == 1 else sum(len(p) for p in prompts))
+        return inner(tokens, *a, **k)
+
+    engine.runner.forward = counting
+    prompts = _prompts(tok, "parallel_r1", 4)
+    samples = engine.generate(prompts, SamplingConfig(max_new_tokens=80, seed=1, batch_size=64), num_samples=4)
+    assert sum(s.num_blocks for s in samples) > 0
+    assert sum(fed) <= sum(len(p) for p in prompts) + sum(len(s.response_ids) for s in samples)
+
+
+def test_seed_reproduces_and_greedy_is_top_p_limit(toy):
+    model, tok = toy
+    engine = Engine(model, tok, "parallel_r1", "structured")
+    prompts = _prompts(tok, "parallel_r1", 3)
+    a, b, c = (engine.generate(prompts, SamplingConfig(max_new_tokens=50, seed=seed), 2) for seed in (7, 7, 8))
+    assert [s.response_ids for s in a] == [s.response_ids for s in b] != [s.response_ids for s in c]
+    g = engine.generate(prompts, SamplingConfig(max_new_tokens=50, temperature=0), 1)
+    p = engine.generate(prompts, SamplingConfig(max_new_tokens=50, top_p=1e-6, seed=1), 1)
+    assert [s.response_ids for s in g] == [s.response_ids for s in p]
+
+
+def test_repetition_penalty_inside_paths_keeps_raw_logprobs(toy):
+    model, tok = toy
+    engine = Engine(model, tok, "npr", "structured", num_paths=3)
+    samples = engine.generate(_prompts(tok, "npr", 4),
+                              SamplingConfig(max_new_tokens=80, seed=0, repetition_penalty_in_paths=1.02), 2)
+    with torch.no_grad():
+        logp, _ = recompute_logprobs(model, engine, samples)
+    assert max((logp[i, :len(s.logprobs)] - torch.tensor(s.logprobs)).abs().max().item()
+               for i, s in enumerate(samples)) <= 1e-4
+
+
+def test_texts_and_flat_prompt(toy):
+    model, tok = toy
+    engine = Engine(model, tok, "parallel_r1", "causal")
+    texts = engine.generate_texts(["P question 1:", "P question 2:"], SamplingConfig(max_new_tokens=30, seed=0), 3)
+    assert len(texts) == 2 and all(len(t) == 3 and all(isinstance(x, str) for x in t) for t in texts)
+    one = engine.generate(prompt_ids(tok, "parallel_r1", 1), SamplingConfig(max_new_tokens=10, seed=0), 2)
+    assert len(one) == 2 and all(s.prompt_ids == prompt_ids(tok, "parallel_r1", 1) for s in one)
+    stop = [s for s in engine.generate(_prompts(tok, "parallel_r1", 4), SamplingConfig(max_new_tokens=90, seed=0))
+            if s.finish_reason == "stop"]
+    assert stop and all(s.response_ids[-1] == tok.eos_token_id and tok.eos_token not in s.text for s in stop)
+
+
+def test_bad_input_is_refused_before_sampling(toy):
+    model, tok = toy
+    with pytest.raises(ValueError, match="mode"):
+        Engine(model, tok, "parallel_r1", "forked")
+    with pytest.raises(ValueError, match="num_paths"):
+        Engine(model, tok, "parallel_r1", "structured", num_paths=0)
+    with pytest.raises(ValueError, match="at most 16"):
+        Engine(model, tok, "parathinker", "structured", num_paths=17)
+    engine = Engine(model, tok, "parallel_r1", "structured")
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        engine.generate([[5, 6], []], SamplingConfig(max_new_tokens=4))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        engine.generate([[5, 6]], SamplingConfig(max_new_tokens=5000))
+    with pytest.raises(ValueError, match="logit_bias"):
+        engine.generate([[5, 6]], SamplingConfig(max_new_tokens=4, logit_bias={10**6: -1.0}))
+    for bad in (dict(temperature=-1), dict(top_p=0), dict(max_new_tokens=0), dict(batch_size=0),
+                dict(repetition_penalty_in_paths=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SamplingConfig(**bad)
