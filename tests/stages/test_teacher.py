@@ -1,0 +1,54 @@
+"""The teacher stage end to end (scripted backend on the synthetic set), its config checks and its resume."""
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from parathink.stages import teacher
+from parathink.stages.context import ConfigError, StageContext
+from parathink.stages.runner import config_dir
+
+
+def _cfg(*overrides):
+    with initialize_config_dir(version_base=None, config_dir=str(config_dir())):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_scripted_teacher_writes_raw_jsonl_in_problem_order(tmp_path):
+    cfg = _cfg("teacher.backend=scripted", "data.cold_start.0.n=40", "data.cold_start.1.n=20")
+    teacher.validate(cfg)
+    ctx = StageContext.standalone("teacher", tmp_path)
+    ctx.progress = False
+    metrics = teacher.run(cfg, ctx)
+    raw = [json.loads(line) for line in (ctx.out_dir / "raw.jsonl").read_text().splitlines()]
+    assert len(raw) == 60 and [r["level"] for r in raw] == ["easy"] * 40 + ["hard"] * 20
+    assert all(set(r) >= {"id", "source", "problem", "answer", "level", "response"} for r in raw)
+    assert metrics["parallel_rate"] == 1.0 and metrics["accuracy"] == 1.0 and metrics["generated"] == 60
+    # A rerun in the same work dir generates nothing: every record is already stored.
+    again = teacher.run(cfg, ctx)
+    assert again["generated"] == 0 and again["resumed"] == 60
+    assert (ctx.out_dir / "raw.jsonl").read_text().count("\n") == 60
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["teacher.backend=gpt"], "teacher.backend"),
+    (["teacher.backend=openai"], "teacher.openai.model"),
+    (["teacher.backend=hf"], "teacher.hf.model"),
+    (["teacher.self.num_paths=1"], "teacher.self.num_paths"),
+    (["teacher.backend=scripted", "format=npr"], "teacher.grammar"),
+    (["teacher.backend=scripted", "data=gsm8k"], "teacher.problems[0].source"),
+])
+def test_bad_config_names_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        teacher.validate(_cfg(*overrides))
+
+
+def test_vllm_backend_says_what_is_missing(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as on a CPU machine without the GPU image
+    cfg = _cfg("teacher.backend=vllm", "teacher.vllm.model=Qwen/Qwen3-8B", "teacher.limit=2")
+    teacher.validate(cfg)
+    with pytest.raises(ImportError, match="needs the `vllm` package.*teacher.backend=openai"):
+        teacher.run(cfg, StageContext.standalone("teacher", tmp_path))
