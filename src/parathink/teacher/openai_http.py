@@ -39,6 +39,7 @@ class OpenAIConfig:
     temperature: float = 0.7
     top_p: float = 1.0
     grammar: str = "parallel_r1"
+    extra_body: dict | None = None  # server-specific request fields (e.g. vLLM's min_tokens, top_k)
 
 
 class OpenAITeacher:
@@ -61,7 +62,8 @@ class OpenAITeacher:
     def _payload(self, problem: str) -> tuple[str, dict]:
         c = self.cfg
         text = teacher_prompt(problem, c.grammar)
-        common = {"model": c.model, "max_tokens": c.max_tokens, "temperature": c.temperature, "top_p": c.top_p}
+        common = {"model": c.model, "max_tokens": c.max_tokens, "temperature": c.temperature, "top_p": c.top_p,
+                  **(c.extra_body or {})}
         if c.api == "chat":
             return "/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
         return "/completions", {**common, "prompt": text}
