@@ -94,7 +94,7 @@ def make_backend(cfg: DictConfig, ctx: StageContext):
             base_url=o.base_url, model=o.model, api=o.api, api_key_env=o.api_key_env, concurrency=int(o.concurrency),
             timeout_s=float(o.timeout_s), max_retries=int(o.max_retries), backoff_s=float(o.backoff_s),
             max_tokens=int(o.max_tokens), temperature=float(o.temperature), top_p=float(o.top_p), grammar=t.grammar,
-            extra_body=OmegaConf.to_container(o.get("extra_body") or {})))
+            extra_body=dict(o.extra_body) if o.get("extra_body") is not None else None))
     from parathink.teacher.vllm_offline import VLLMTeacher
 
     v = t.vllm
