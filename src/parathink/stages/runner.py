@@ -197,10 +197,20 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
 
 # ---------------------------------------------------------------- a run
 
+def quiet_progress_under_ci() -> None:
+    """Under CI no progress bars at all: ours follow ``ctx.progress``; tqdm and Hugging Face's follow these."""
+    if os.environ.get("CI", "").lower() in ("1", "true"):
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     """Validate everything, then run ``names`` in order in ``cfg.run_dir``; returns each stage's record."""
     from parathink.tracking.curriculum import CurriculumTracking
 
+    quiet_progress_under_ci()
     modules = validate(cfg, names)
     names = [n for n in names if cfg[n].get("enabled", True)]
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
