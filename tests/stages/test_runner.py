@@ -137,3 +137,26 @@ def test_s3_run_dir(curriculum, tmp_path, monkeypatch):
         assert curriculum.ran() == ["prep", "train", "tune"]
         assert runner.main_run(curriculum.overrides(f"cache_dir={tmp_path / 'cache'}", "tune.steps=1")) == 0
         assert storage.read_text("s3://runs/exp1/tune/value.txt") == "14"
+
+
+def _interrupted_attempt(curriculum, stage, step, inputs):
+    """Leave ``stage``'s scratch as a kill after checkpoint ``step`` would, made from ``inputs``."""
+    cfg = runner.compose(curriculum.overrides())
+    module = runner.validate(cfg, [stage])[stage]
+    rundir = runner.RunDir(str(cfg.run_dir))
+    work = rundir.work_dir(stage)
+    chash = runner.config_hash(runner.stage_config(cfg, stage, runner._shared_keys(module)))
+    (work / runner.ATTEMPT).write_text(json.dumps({"config_hash": chash, "attempts": 1, "inputs": inputs}))
+    (work / "ckpt.json").write_text(json.dumps({"step": step, "total": step * (step + 1) // 2}))
+
+
+def test_scratch_is_resumed_only_on_the_same_inputs(curriculum):
+    assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
+    prep_hash = manifest(curriculum.run_dir, "prep")["output_hash"]
+    _interrupted_attempt(curriculum, "train", 2, {"prep": prep_hash})
+    assert runner.main_run(curriculum.overrides(stages=("prep", "train"))) == 0
+    _interrupted_attempt(curriculum, "tune", 1, {"train": "an-older-output"})
+    assert runner.main_run(curriculum.overrides()) == 0
+    starts = {c["stage"]: c["start"] for c in curriculum.calls_made()}
+    assert starts == {"prep": 0, "train": 2, "tune": 0}  # same inputs: resumed; other inputs: started over
+    assert (Path(curriculum.run_dir) / "tune" / "value.txt").read_text() == "19"

@@ -139,17 +139,24 @@ def is_up_to_date(rundir: RunDir, name: str, chash: str) -> tuple[bool, str]:
 
 
 def _prepare_work_dir(rundir: RunDir, name: str, chash: str) -> tuple[Path, dict]:
-    """The stage's scratch; discarded when it belongs to another config (a resume must not mix configs)."""
+    """The stage's scratch, kept for a resume only when it was made with this config from these inputs.
+
+    A checkpoint trained on other data or settings must not be continued: the scratch is discarded when the
+    config hash differs or when an input the interrupted attempt read has been republished since.
+    """
     work = rundir.work_dir(name)
     attempt_file = work / ATTEMPT
     attempt = json.loads(attempt_file.read_text()) if attempt_file.exists() else {}
-    if attempt and attempt.get("config_hash") != chash:
-        log(f"{name}: config changed since the interrupted attempt; discarding its scratch")
+    stale = [inp for inp, h in attempt.get("inputs", {}).items() if rundir.output_hash(inp) != h]
+    if attempt and (attempt.get("config_hash") != chash or stale):
+        why = "config changed" if attempt.get("config_hash") != chash else f"input {stale[0]!r} changed"
+        log(f"{name}: {why} since the interrupted attempt; discarding its scratch")
         shutil.rmtree(work)
         work.mkdir(parents=True)
         attempt = {}
-    attempt.setdefault("config_hash", chash)
+    attempt["config_hash"] = chash
     attempt["attempts"] = attempt.get("attempts", 0) + 1
+    attempt.setdefault("inputs", {})
     attempt_file.write_text(json.dumps(attempt))
     return work, attempt
 
@@ -171,6 +178,8 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
 
     def resolve(stage: str) -> Path:
         inputs[stage] = rundir.output_hash(stage)  # recorded even when absent: its arrival triggers a rerun
+        attempt["inputs"] = dict(inputs)  # what this attempt's scratch was made from
+        (work / ATTEMPT).write_text(json.dumps(attempt))
         return rundir.resolve_input(stage)
 
     tracker = tracking.stage_tracker(name, work, section)
