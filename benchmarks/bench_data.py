@@ -28,7 +28,7 @@ from parathink.teacher.scripted import scripted_trace  # noqa: E402
 
 N_TRACES = 20_000
 CONCURRENCY = 8
-N_REQUESTS = 16
+N_REQUESTS = 8
 TOKENS_PER_REQUEST = 32
 
 
@@ -92,7 +92,7 @@ def bench_teacher() -> dict:
     t = time.perf_counter()
     with vllm_server() as url:
         startup = time.perf_counter() - t
-        _rate(url, CONCURRENCY, problems[:CONCURRENCY])  # warm-up: first requests pay one-off costs
+        _rate(url, CONCURRENCY, problems[:4])  # warm-up: first requests pay one-off costs
         serial, n1 = _rate(url, 1, problems)
         parallel, n8 = _rate(url, CONCURRENCY, problems)
     return {"teacher_server_startup_s": round(startup, 1), "teacher_requests": N_REQUESTS,
