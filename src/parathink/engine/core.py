@@ -167,8 +167,10 @@ class Engine:
         if self.mode == "causal" and self.tags is not None:
             for s in seqs:
                 s.stream = StreamTags(self.tags)
-        state = _Run(self, sampling, gen, device, max(len(p) for p in prompts) + sampling.max_new_tokens + 1,
-                     min(len(seqs), sampling.batch_size))
+        # Rows: at most batch_size streams are admitted, and each may fork into num_paths rows. Allocating them
+        # up front avoids growing (copying) the cache mid-run.
+        rows = min(len(seqs), sampling.batch_size) * (self.num_paths if self.mode == "structured" else 1)
+        state = _Run(self, sampling, gen, device, max(len(p) for p in prompts) + sampling.max_new_tokens + 1, rows)
         state.run(deque(seqs))
         return [self._sample(s) for s in seqs]
 
