@@ -160,3 +160,14 @@ def test_scratch_is_resumed_only_on_the_same_inputs(curriculum):
     starts = {c["stage"]: c["start"] for c in curriculum.calls_made()}
     assert starts == {"prep": 0, "train": 2, "tune": 0}  # same inputs: resumed; other inputs: started over
     assert (Path(curriculum.run_dir) / "tune" / "value.txt").read_text() == "19"
+
+
+def test_demo_prints_the_table_and_the_mlflow_command(curriculum, capsys):
+    curriculum.sections["eval"] = {"steps": 1, "results": "[train,tune]"}
+    ovr = curriculum.overrides("tracking=jsonl", stages=("prep", "train", "tune", "eval"))
+    assert runner.main_demo(ovr) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["stage", "hard", "mean@k"]
+    assert lines[2].split()[:2] == ["train", "13.0"] and lines[3].split()[:2] == ["tune", "19.0"]
+    assert "curriculum finished in" in out

@@ -304,7 +304,10 @@ def main_demo(argv: list[str]) -> int:
         print(format_table(results))
     print(f"\ncurriculum finished in {state['minutes']:.1f} min; run directory: {rundir.root}")
     if cfg.tracking.backend == "mlflow":
-        print(f"MLflow UI:  mlflow ui --backend-store-uri {cfg.tracking.uri}   (then open http://127.0.0.1:5000)")
+        mlflow_bin = Path(sys.executable).with_name("mlflow")
+        print(f"MLflow UI:  {mlflow_bin if mlflow_bin.exists() else 'mlflow'} ui --backend-store-uri "
+              f"{cfg.tracking.uri} --port 5000   (run it here, then open http://127.0.0.1:5000; experiment "
+              f"{cfg.tracking.experiment}, registered model {cfg.tracking.registered_model})")
     return EXIT_OK
 
 
