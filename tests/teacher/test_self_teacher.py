@@ -84,3 +84,15 @@ def test_hf_generator_on_a_real_model_is_reproducible_and_prompt_major(untrained
     # Mechanics only (the samples are noise): one block of two paths per problem, built by code.
     assert len(recs) == 3 and all(r["response"].startswith("<Parallel>\n<Path>\n") for r in recs)
     assert all(len(r["path_answers"]) == 2 for r in recs)
+
+
+def test_engine_generator_plugs_in_the_same_way(untrained_tiny):
+    from parathink.teacher.generators import make_generator
+
+    torch.set_num_threads(1)
+    model, tok = untrained_tiny
+    gen = make_generator("engine", model, tok)
+    s = Sampling(temperature=1.0, max_new_tokens=8, seed=0, batch_size=8)
+    out = gen.generate_texts(["Problem: a\nSolution:\n", "Problem: b\nSolution:\n"], s, num_samples=2)
+    assert len(out) == 2 and all(len(x) == 2 and all(isinstance(t, str) for t in x) for x in out)
+    assert out == gen.generate_texts(["Problem: a\nSolution:\n", "Problem: b\nSolution:\n"], s, num_samples=2)
