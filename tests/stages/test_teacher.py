@@ -52,3 +52,26 @@ def test_vllm_backend_says_what_is_missing(tmp_path, monkeypatch):
     teacher.validate(cfg)
     with pytest.raises(ImportError, match="needs the `vllm` package.*teacher.backend=openai"):
         teacher.run(cfg, StageContext.standalone("teacher", tmp_path))
+
+
+def test_self_backend_end_to_end_on_a_saved_model(tmp_path):
+    """Mechanics of `self` through the stage: load a checkpoint, sample, wrap (an untrained model: noise)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from parathink.data import synthetic
+    from parathink.modeling import build_tiny_model, save_model
+    from parathink.modeling.tokenizer import train_tokenizer
+
+    torch.set_num_threads(1)
+    tok = train_tokenizer(synthetic.corpus(300), vocab_size=300)
+    arch = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "head_dim": 16, "intermediate_size": 64, "max_position_embeddings": 512, "tie_word_embeddings": True}
+    save_model(build_tiny_model(OmegaConf.create({"config": arch}), tok), tok, tmp_path / "base" / "model")
+    cfg = _cfg("teacher.limit=3", "teacher.self.max_new_tokens=8", "teacher.self.num_paths=2")
+    ctx = StageContext.standalone("teacher", tmp_path)  # teacher.self.model=null: the base stage's model/
+    ctx.progress = False
+    metrics = teacher.run(cfg, ctx)
+    raw = [json.loads(line) for line in (ctx.out_dir / "raw.jsonl").read_text().splitlines()]
+    assert metrics["generated"] == 3 and [r["teacher"] for r in raw] == ["self"] * 3
+    assert all(r["response"].startswith("<Parallel>\n<Path>\n") and len(r["path_answers"]) == 2 for r in raw)
