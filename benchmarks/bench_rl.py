@@ -136,7 +136,11 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--only", choices=["trl", "ours"], default=None)
+    # One thread by default: a ~1M-parameter model is per-op overhead, and on a shared 2-core machine two
+    # threads per process made both sides several times slower and noisier. Both sides get the same setting.
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)

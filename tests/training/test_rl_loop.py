@@ -55,7 +55,7 @@ def ckpt(tmp_path_factory):
 
 def _cfg(**kw) -> RLConfig:
     base = dict(init_from="-", problems={"source": "synthetic", "level": "easy", "split": "train", "n": 64}, reward="test_digits", mode="structured",
-                steps=4, prompts_per_step=4, group_size=8, token_budget=70, lr=1e-2, micro_batch_size=16,
+                steps=4, prompts_per_step=4, group_size=8, token_budget=70, lr=3e-2, micro_batch_size=16,
                 checkpoint_every=2)
     base.update(kw)
     cfg = RLConfig(**base)
@@ -78,7 +78,7 @@ def test_policy_gradient_raises_the_reward(ckpt, tmp_path):
     assert [r["step"] for r in rows] == list(range(1, 13))
     first = sum(r["reward_mean"] for r in rows[:3]) / 3
     last = sum(r["reward_mean"] for r in rows[-3:]) / 3
-    assert last > 1.5 * first > 0, (first, last)  # measured: 0.036 -> 0.086
+    assert last > 2 * first > 0, (first, last)  # measured: 0.036 -> 0.20
     for key in ("reward_mean", "reward_std", "accuracy", "parallel_rate", "blocks_per_trace", "response_length",
                 "entropy", "clip_frac", "rollout_s", "update_s", "tokens_per_s", "loss", "grad_norm"):
         assert all(math.isfinite(r[key]) for r in rows), key
@@ -104,7 +104,7 @@ class _KillAt:
         pass
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(updates_per_step=2, kl_coef=0.05, policy_loss="clipped",
+@pytest.mark.parametrize("overrides", [dict(), dict(updates_per_step=2, kl_coef=0.05, micro_batch_size=5,
                                                       advantage="batch_std", drop_invalid_format=True)])
 def test_resume_after_a_kill_is_exact(ckpt, tmp_path, overrides):
     from safetensors.torch import load_file

@@ -67,6 +67,7 @@ class RLConfig:
     checkpoint_every: int = 25  # steps between resumable checkpoints in the work dir
     max_minutes: float = 0.0  # wall-clock cap: stop after the step that crosses it and publish; 0 = none
     mixed_precision: str = "no"  # accelerate's mixed precision
+    num_threads: int = 0  # torch CPU threads; 0 keeps torch's default
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys the stage file adds (``enabled``)
 
     @property
@@ -132,6 +133,8 @@ class RLConfig:
             raise bad("eps_low", "need 0 <= eps_low < 1 and eps_high >= 0")
         if self.kl_coef < 0:
             raise bad("kl_coef", "must be >= 0")
+        if self.num_threads < 0:
+            raise bad("num_threads", "must be >= 0 (0 = torch's default)")
         if self.max_minutes < 0:
             raise bad("max_minutes", "must be >= 0 (0 = no cap)")
         if self.warmup_steps < 0:
