@@ -20,10 +20,24 @@ class RowCache:
     second, so one write stores both); lens: [rows] long (valid entries per row)."""
 
     def __init__(self, layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device):
-        self.kv = torch.zeros((layers, rows, 2 * kv_heads, max_len, head_dim), dtype=dtype, device=device)
+                 dtype: torch.dtype, device: torch.device, start_len: int | None = None):
+        # Rows start short and grow (doubling) up to max_len: a budget that counts every branch is far longer
+        # than what one forked row holds, and a small cache stays in the CPU's caches.
+        length = min(max_len, start_len or max_len)
+        self.kv = torch.zeros((layers, rows, 2 * kv_heads, length, head_dim), dtype=dtype, device=device)
         self.lens = torch.zeros(rows, dtype=torch.long, device=device)
         self.kv_heads, self.max_len = kv_heads, max_len
+
+    def ensure(self, length: int) -> None:
+        """Make room for ``length`` entries per row."""
+        have = self.kv.shape[3]
+        if length <= have:
+            return
+        if length > self.max_len:
+            raise RuntimeError(f"engine cache: {length} entries asked, at most {self.max_len} (engine bug)")
+        grown = self.kv.new_zeros((*self.kv.shape[:3], min(self.max_len, max(length, 2 * have)), self.kv.shape[4]))
+        grown[:, :, :, :have] = self.kv
+        self.kv = grown
 
     @property
     def capacity(self) -> int:
@@ -42,20 +56,27 @@ class RowCache:
         kv = self.kv[layer, row0:row0 + b, :, :s]
         return kv[:, :self.kv_heads], kv[:, self.kv_heads:]
 
-    def write_step(self, layer: int, row0: int, rows: torch.Tensor, kv: torch.Tensor) -> None:
-        """Decode: store kv [B, 2H, D] (one new token per row) at each row's next slot."""
-        b = kv.shape[0]
-        self.kv[layer, row0:row0 + b][rows, :, self.lens[row0:row0 + b]] = kv
+    def step_index(self, row0: int, b: int) -> torch.Tensor:
+        """Flat indices [B * 2H] of each row's next slot in one layer's ``kv[layer].view(-1, D)`` (one per step,
+        shared by every layer)."""
+        h2, s = self.kv.shape[2], self.kv.shape[3]
+        rows = torch.arange(row0, row0 + b, device=self.kv.device)
+        heads = torch.arange(h2, device=self.kv.device)
+        return ((rows[:, None] * h2 + heads[None]) * s + self.lens[row0:row0 + b, None]).flatten()
+
+    def write_step(self, layer: int, index: torch.Tensor, kv: torch.Tensor) -> None:
+        """Decode: store kv [B, 2H, D] (one new token per row) at the slots ``step_index`` gave."""
+        self.kv[layer].view(-1, kv.shape[-1]).index_copy_(0, index, kv.reshape(-1, kv.shape[-1]))
 
     def write(self, layer: int, row0: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v [B, H, T, D] of rows row0.. at each row's next slots (T > 1: fresh right-padded rows,
         slots 0..T-1); return the rows' keys and values (views, full length). ``lens`` moves on in ``advance``."""
         b, _, t, _ = k.shape
         if t == 1:
-            self.write_step(layer, row0, torch.arange(b, device=k.device), torch.cat([k[:, :, 0], v[:, :, 0]], 1))
+            self.write_step(layer, self.step_index(row0, b), torch.cat([k[:, :, 0], v[:, :, 0]], 1))
         else:
             self.kv[layer, row0:row0 + b, :, :t] = torch.cat([k, v], 1)
-        return self.layer(layer, row0, b, self.max_len)
+        return self.layer(layer, row0, b, self.kv.shape[3])
 
     def advance(self, row0: int, count: torch.Tensor) -> None:
         """Add ``count`` [B] valid entries to rows row0.."""
@@ -81,5 +102,6 @@ class RowCache:
     def append(self, row: int, kv: torch.Tensor) -> None:
         """Merge: add parked entries [layers, 2H, n, D] after row's own."""
         start, n = int(self.lens[row]), kv.shape[2]
+        self.ensure(start + n)
         self.kv[:, row, :, start:start + n] = kv
         self.lens[row] += n

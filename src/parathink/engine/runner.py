@@ -50,11 +50,14 @@ def cache_shape(model) -> tuple[int, int, int]:
     return cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", cfg.num_attention_heads), head_dim
 
 
-def _decode_mask(cache: RowCache, row0: int, b: int) -> tuple[torch.Tensor, int]:
-    """Bool [B, 1, 1, S]: every valid entry of the row plus the slot being written (True = may attend)."""
+def _decode_mask(cache: RowCache, row0: int, b: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
+    """Additive [B, 1, 1, S] (0 = may attend, -inf = not): every valid entry of the row plus the slot being
+    written. Float rather than bool: sdpa would convert a bool mask again in every layer."""
     lens = cache.lens[row0:row0 + b]
     s = int(lens.max()) + 1
-    return (torch.arange(s, device=lens.device) <= lens[:, None])[:, None, None, :], s
+    blocked = torch.arange(s, device=lens.device) > lens[:, None]  # [B, S]
+    mask = torch.zeros(blocked.shape, dtype=dtype, device=lens.device).masked_fill_(blocked, float("-inf"))
+    return mask[:, None, None, :], s
 
 
 class HFRunner:
@@ -74,11 +77,11 @@ class HFRunner:
         b, t = tokens.shape
         dtype = next(self.model.parameters()).dtype
         if t == 1:
-            allowed, s = _decode_mask(cache, row0, b)
+            mask, s = _decode_mask(cache, row0, b, dtype)
         else:
             s = t
             allowed = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril_()[None, None].expand(b, 1, t, t)
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device).masked_fill_(~allowed, torch.finfo(dtype).min)
         view = _CacheView(cache, row0, s)
         extra = {"path_ids": path_ids} if self.path_vectors and path_ids is not None else {}
         out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=view,
@@ -210,13 +213,13 @@ class FastRunner:
         """One token per row: tokens, positions [B] -> last hidden states [B, H]."""
         b = tokens.shape[0]
         hq, hk, d = self.heads, self.kv_heads, self.head_dim
-        allowed, s = _decode_mask(cache, row0, b)
-        rows = torch.arange(b, device=tokens.device)
+        allowed, s = _decode_mask(cache, row0, b, self.embed.dtype)
+        slots = cache.step_index(row0, b)
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D]
         x = F.embedding(tokens, self.embed)  # [B, H]
         for li, w in enumerate(self.layers):
             qk, v = self._qkv(w, x, cos, sin, path_ids)  # [B, Hq + Hk, D], [B, Hk, D]
-            cache.write_step(li, row0, rows, torch.cat([qk[:, hq:], v], 1))
+            cache.write_step(li, slots, torch.cat([qk[:, hq:], v], 1))
             keys, values = cache.layer(li, row0, b, s)
             # The query heads that share a key/value head attend together: [B, Hk, Hq/Hk, D] vs [B, Hk, S, D].
             o = F.scaled_dot_product_attention(qk[:, :hq].reshape(b, hk, hq // hk, d), keys, values,
