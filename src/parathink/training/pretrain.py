@@ -55,11 +55,15 @@ def collate(batch: Sequence[Example], pad_id: int, loss_on: str = "response") ->
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def cosine_lr(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:
-    """Linear warm-up to ``peak`` then cosine decay to ``peak * min_ratio`` at ``total``."""
+def cosine_lr(step: int, total: int, peak: float, warmup: int, min_ratio: float, time_frac: float = 0.0) -> float:
+    """Linear warm-up to ``peak``, then cosine decay to ``peak * min_ratio``.
+
+    The decay follows whichever budget is further spent: steps (``step / total``) or wall-clock time
+    (``time_frac``), so a run cut short by ``max_minutes`` on a busy machine still ends at a low learning rate.
+    """
     if step < warmup:
         return peak * (step + 1) / warmup
-    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    frac = min(1.0, max((step - warmup) / max(1, total - warmup), time_frac))
     return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
@@ -93,7 +97,8 @@ def pretrain(model, tokenizer, cfg, *, work_dir: Path, seed: int = 0, tracker: T
     t0 = time.perf_counter() - elapsed
     loss = torch.tensor(float("nan"))
     while not stop:
-        lr = cosine_lr(step, cfg.max_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
+        time_frac = (time.perf_counter() - t0) / 60 / cfg.max_minutes
+        lr = cosine_lr(step, cfg.max_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio, time_frac)
         for g in opt.param_groups:
             g["lr"] = lr
         batch = collate(rng.sample(examples, cfg.batch_size), tokenizer.pad_token_id, cfg.loss_on)

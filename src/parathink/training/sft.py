@@ -171,7 +171,8 @@ def training_arguments(cfg, out_dir, *, seed: int, progress: bool, world_size: i
         extra["fsdp_config"] = dict(cfg.get("fsdp_config") or {})
     return TrainingArguments(
         output_dir=str(out_dir), per_device_train_batch_size=int(cfg.micro_batch), gradient_accumulation_steps=accum,
-        learning_rate=float(cfg.lr), weight_decay=float(cfg.weight_decay), warmup_ratio=float(cfg.warmup_ratio),
+        learning_rate=float(cfg.lr), weight_decay=float(cfg.weight_decay), warmup_steps=float(cfg.warmup_ratio),  # a float < 1 is a ratio
+       
         lr_scheduler_type=str(cfg.scheduler), num_train_epochs=float(cfg.epochs), max_steps=int(cfg.max_steps),
         adam_beta1=float(cfg.betas[0]), adam_beta2=float(cfg.betas[1]), max_grad_norm=float(cfg.grad_clip),
         bf16=str(cfg.precision) == "bf16", fp16=False, logging_steps=1, logging_first_step=True,
