@@ -28,15 +28,16 @@ class RowCache:
         self.lens = torch.zeros(rows, dtype=torch.long, device=device)
         self.kv_heads, self.max_len = kv_heads, max_len
 
-    def ensure(self, length: int) -> None:
-        """Make room for ``length`` entries per row."""
+    def ensure(self, length: int, active: int | None = None) -> None:
+        """Make room for ``length`` entries per row (copying only the first ``active`` rows, the live ones)."""
         have = self.kv.shape[3]
         if length <= have:
             return
         if length > self.max_len:
             raise RuntimeError(f"engine cache: {length} entries asked, at most {self.max_len} (engine bug)")
         grown = self.kv.new_zeros((*self.kv.shape[:3], min(self.max_len, max(length, 2 * have)), self.kv.shape[4]))
-        grown[:, :, :, :have] = self.kv
+        n = self.capacity if active is None else active
+        grown[:, :n, :, :have] = self.kv[:, :n]
         self.kv = grown
 
     @property
@@ -99,9 +100,9 @@ class RowCache:
         """Park: a copy of row's entries from ``start`` on, [layers, 2H, n, D]."""
         return self.kv[:, row, :, start:int(self.lens[row])].clone()
 
-    def append(self, row: int, kv: torch.Tensor) -> None:
+    def append(self, row: int, kv: torch.Tensor, active: int | None = None) -> None:
         """Merge: add parked entries [layers, 2H, n, D] after row's own."""
         start, n = int(self.lens[row]), kv.shape[2]
-        self.ensure(start + n)
+        self.ensure(start + n, active)
         self.kv[:, row, :, start:start + n] = kv
         self.lens[row] += n

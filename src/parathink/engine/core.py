@@ -213,7 +213,7 @@ class _Run:
         layers, kv_heads, head_dim = cache_shape(engine.model)
         dtype = next(engine.model.parameters()).dtype
         self.cache = RowCache(layers, rows, kv_heads, max_len, head_dim, dtype, device,
-                              start_len=max_len - sampling.max_new_tokens + min(sampling.max_new_tokens, 128))
+                              start_len=max_len - sampling.max_new_tokens + min(sampling.max_new_tokens, 256))
         self.rows: list[_Row] = []
         self.penalty = sampling.repetition_penalty_in_paths
         vocab = engine.model.get_output_embeddings().weight.shape[0]
@@ -250,7 +250,7 @@ class _Run:
         path_ids = None
         if self.e.runner.path_vectors:
             path_ids = torch.tensor([[r.path + 1] for r in rows], device=self.device)
-        self.cache.ensure(int(self.cache.lens[:n].max()) + 1)
+        self.cache.ensure(int(self.cache.lens[:n].max()) + 1, n)
         logits = self.e.runner.forward(tokens, positions, 0, self.cache, path_ids)
         self.cache.advance(0, torch.ones(n, dtype=torch.long, device=self.device))
         return logits.float()
@@ -266,7 +266,7 @@ class _Run:
                 unique.append(s)
         self._reserve(start + len(seqs))
         t = max(len(s.prompt) for s in unique)
-        self.cache.ensure(t)
+        self.cache.ensure(t, start)
         tokens = torch.full((len(unique), t), self.e.pad, dtype=torch.long)
         for i, s in enumerate(unique):
             tokens[i, :len(s.prompt)] = torch.tensor(s.prompt)
@@ -525,7 +525,7 @@ class _Run:
         # The last path closed: this row becomes the merged stream (prefix + every path).
         for j, p in enumerate(b.paths):
             if j != r.path:
-                self.cache.append(i, p.parked)
+                self.cache.append(i, p.parked, len(self.rows))
                 p.parked = None
             s.tokens += p.tokens
             s.logprobs += p.logprobs

@@ -32,11 +32,17 @@ def _is_llama_like(model) -> bool:
         hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
 
 
+# ``auto`` keeps large models on the plain forward: the fast runner holds a transposed copy of the weights.
+FAST_MAX_PARAMS = 1_000_000_000
+
+
 def make_runner(model, backend: str = "auto"):
-    """``fast`` for Qwen3/Llama-style decoders, ``hf`` for anything else (``auto`` picks)."""
+    """``fast`` for Qwen3/Llama-style decoders, ``hf`` for anything else; ``auto`` picks fast for such decoders
+    up to FAST_MAX_PARAMS parameters."""
     if backend not in ("auto", "fast", "hf"):
         raise ValueError(f"engine backend must be auto, fast or hf, got {backend!r}")
-    if backend == "hf" or (backend == "auto" and not _is_llama_like(model)):
+    small = sum(p.numel() for p in model.parameters()) <= FAST_MAX_PARAMS
+    if backend == "hf" or (backend == "auto" and not (_is_llama_like(model) and small)):
         return HFRunner(model)
     if not _is_llama_like(model):
         raise ValueError(f"engine backend 'fast' needs a Qwen3/Llama-style decoder, got {type(model).__name__}")
@@ -104,11 +110,12 @@ class _CacheView:
         return self.s - 1
 
 
-def _inv_rms(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-    """1 / sqrt(mean(x^2) + eps) over the last dim, [..., 1]. ``F.rms_norm`` is a slow composite on CPU for
-    tiny rows; a vector norm and two pointwise ops give the same value (to rounding)."""
-    r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return torch.rsqrt(torch.addcmul(eps, r, r, value=1.0 / x.shape[-1]))
+def _rms_normed(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dim, computed in fp32 as transformers' RMSNorm does, without
+    the weight (folded into the next projection). ``F.rms_norm`` is a slow composite on a CPU for tiny rows; a
+    vector norm and three pointwise ops give the same value (to rounding)."""
+    r = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
+    return (x * torch.rsqrt(torch.addcmul(eps, r, r, value=1.0 / x.shape[-1]))).to(x.dtype)
 
 
 def _lin(x: torch.Tensor, wt: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -139,7 +146,7 @@ class FastRunner:
         m = self.model
         hq, hk, d = self.heads, self.kv_heads, self.head_dim
         p = next(m.parameters())
-        self.eps = torch.tensor(float(getattr(m.config, "rms_norm_eps", 1e-6)), dtype=p.dtype, device=p.device)
+        self.eps = torch.tensor(float(getattr(m.config, "rms_norm_eps", 1e-6)), device=p.device)  # fp32
         with torch.no_grad():
             self.embed = m.model.embed_tokens.weight.detach()
             self.head = (m.lm_head.weight * m.model.norm.weight).t().contiguous()  # [H, V], final norm folded
@@ -179,10 +186,10 @@ class FastRunner:
     def _qkv(self, w: dict, x: torch.Tensor, cos, sin, path_ids) -> tuple[torch.Tensor, torch.Tensor]:
         """Residual x [..., H] -> q and k rotated, v: qk [..., Hq + Hk, D], v [..., Hk, D]."""
         hq, hk, d = self.heads, self.kv_heads, self.head_dim
-        qkv = _lin(x * _inv_rms(x, self.eps), w["qkv"], w["qkv_b"]).unflatten(-1, (hq + 2 * hk, d))
+        qkv = _lin(_rms_normed(x, self.eps), w["qkv"], w["qkv_b"]).unflatten(-1, (hq + 2 * hk, d))
         qk, v = qkv[..., :hq + hk, :], qkv[..., hq + hk:, :]
         if w["qk_norm"] is not None:
-            qk = qk * _inv_rms(qk, self.eps) * w["qk_norm"]
+            qk = _rms_normed(qk, self.eps) * w["qk_norm"]
         if path_ids is not None:  # ParaThinker: per-path vectors on k (after its norm, before RoPE) and v
             ids = path_ids.clamp(max=w["pv"].key.shape[0] - 1)
             inside = (path_ids > 0)[..., None]
@@ -192,7 +199,7 @@ class FastRunner:
         return qk * cos + qk.roll(d // 2, -1) * sin, v
 
     def _mlp(self, w: dict, x: torch.Tensor) -> torch.Tensor:
-        gate, up = _lin(x * _inv_rms(x, self.eps), w["gate_up"]).chunk(2, -1)
+        gate, up = _lin(_rms_normed(x, self.eps), w["gate_up"]).chunk(2, -1)
         return _lin(F.silu(gate) * up, w["down"])
 
     @torch.no_grad()
@@ -207,7 +214,7 @@ class FastRunner:
         else:
             x = self._prefill(tokens, positions, row0, cache, path_ids)
             x = x[torch.arange(x.shape[0], device=x.device), last]
-        return _lin(x * _inv_rms(x, self.eps), self.head, self.head_b)
+        return _lin(_rms_normed(x, self.eps), self.head, self.head_b)
 
     def _decode(self, tokens, positions, row0: int, cache: RowCache, path_ids) -> torch.Tensor:
         """One token per row: tokens, positions [B] -> last hidden states [B, H]."""
