@@ -43,7 +43,7 @@ def prompt_ids(tokenizer, grammar: str, i: int) -> list[int]:
     return tokenizer.encode(f"{KINDS[grammar]} question {i}:", add_special_tokens=False)
 
 
-def toy_model(steps: int = 120, seed: int = 0):
+def toy_model(steps: int = 80, seed: int = 0):
     """(model, tokenizer): fp32 Qwen3 (hidden 64, 2 layers, sdpa) taught the three shapes for ``steps`` steps."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
