@@ -76,6 +76,10 @@ def _convert_gguf(gguf: Path, cache: Path) -> Path:
     tmp = dest.with_name(dest.name + ".tmp")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # The weights are already de-quantised to fp32; only a "gguf quantizer" marker remains, which refuses to save.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     os.replace(tmp, dest)
