@@ -96,3 +96,22 @@ def test_engine_generator_plugs_in_the_same_way(untrained_tiny):
     out = gen.generate_texts(["Problem: a\nSolution:\n", "Problem: b\nSolution:\n"], s, num_samples=2)
     assert len(out) == 2 and all(len(x) == 2 and all(isinstance(t, str) for t in x) for x in out)
     assert out == gen.generate_texts(["Problem: a\nSolution:\n", "Problem: b\nSolution:\n"], s, num_samples=2)
+
+
+@pytest.mark.parametrize("kind", ["hf", "engine"])
+def test_banned_tokens_are_never_sampled(untrained_tiny, kind):
+    from parathink.teacher.generators import make_generator, tag_token_ids
+
+    torch.set_num_threads(1)
+    model, tok = untrained_tiny
+    seven = tok.convert_tokens_to_ids("7")
+    ban = tuple(i for i in range(len(tok)) if i not in (seven, tok.eos_token_id))
+    s = Sampling(temperature=1.0, max_new_tokens=6, seed=0, batch_size=8, ban_token_ids=ban)
+    out = make_generator(kind, model, tok).generate_texts(["Problem: a\nSolution:\n"], s, num_samples=4)
+    assert all(set(t) <= {"7"} for t in out[0])  # only the one allowed token (or an early EOS)
+
+    class _Tok:
+        def get_vocab(self):
+            return {"<Path>": 5, "</Path>": 6, "<think1>": 9, "hello": 3}
+
+    assert tag_token_ids(_Tok()) == (5, 6, 9)

@@ -71,14 +71,20 @@ def make_backend(cfg: DictConfig, ctx: StageContext):
 
         return ScriptedTeacher(list(t.scripted.strategies), int(t.scripted.num_paths), int(t.scripted.prefix_steps))
     if name in ("self", "hf"):
-        from parathink.teacher.generators import Sampling, make_generator
+        import torch
+
+        from parathink.teacher.generators import Sampling, make_generator, tag_token_ids
 
         sec = t[name]
+        if sec.get("num_threads"):
+            torch.set_num_threads(int(sec.num_threads))
         source = sec.model if sec.model else str(ctx.input("base") / "model")
         model, tok = _load(source, cfg)
         generator = make_generator(sec.get("generator", "hf"), model, tok, t.grammar)
+        banned = tag_token_ids(tok) if sec.get("ban_tags") else ()
         sampling = Sampling(temperature=float(sec.temperature), top_p=float(sec.top_p),
-                            max_new_tokens=int(sec.max_new_tokens), seed=int(cfg.seed), batch_size=int(sec.batch_size))
+                            max_new_tokens=int(sec.max_new_tokens), seed=int(cfg.seed), batch_size=int(sec.batch_size),
+                            ban_token_ids=banned)
         if name == "self":
             from parathink.teacher.selfdistill import SelfTeacher
 

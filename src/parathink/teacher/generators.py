@@ -21,6 +21,7 @@ class Sampling:
     max_new_tokens: int = 128
     seed: int | None = 0
     batch_size: int = 64
+    ban_token_ids: tuple[int, ...] = ()  # never sampled (e.g. tag tokens inside a sequential solution)
 
 
 class TextGenerator(Protocol):
@@ -61,7 +62,8 @@ class HFGenerator:
                         **enc, do_sample=do_sample, max_new_tokens=sampling.max_new_tokens,
                         temperature=sampling.temperature if do_sample else None,
                         top_p=sampling.top_p if do_sample else None, top_k=0 if do_sample else None,
-                        num_return_sequences=num_samples, pad_token_id=pad_id)  # [len(chunk)*num_samples, P+T]
+                        num_return_sequences=num_samples, pad_token_id=pad_id,
+                        bad_words_ids=[[i] for i in sampling.ban_token_ids] or None)  # [len(chunk)*num_samples, P+T]
                 new = ids[:, enc["input_ids"].shape[1]:].tolist()
                 texts = [tok.decode(self._until_eos(row, eos_ids, pad_id), skip_special_tokens=False) for row in new]
                 out += [texts[i * num_samples:(i + 1) * num_samples] for i in range(len(chunk))]
@@ -90,10 +92,19 @@ def engine_generator(model: Any, tokenizer: Any, grammar: str = "parallel_r1") -
         def generate_texts(self, prompts: list[str], sampling: Sampling, num_samples: int = 1) -> list[list[str]]:
             cfg = SamplingConfig(temperature=sampling.temperature, top_p=sampling.top_p,
                                  max_new_tokens=sampling.max_new_tokens, seed=sampling.seed,
-                                 batch_size=sampling.batch_size)
+                                 batch_size=sampling.batch_size,
+                                 logit_bias={i: float("-inf") for i in sampling.ban_token_ids} or None)
             return engine.generate_texts(prompts, cfg, num_samples=num_samples)
 
     return _Adapter()
+
+
+def tag_token_ids(tokenizer) -> tuple[int, ...]:
+    """Ids of every grammar's tags that are single tokens of ``tokenizer``."""
+    from parathink.formats.tags import TAGS
+
+    vocab = tokenizer.get_vocab()
+    return tuple(sorted({vocab[t] for tags in TAGS.values() for t in tags if t in vocab}))
 
 
 def make_generator(kind: str, model: Any, tokenizer: Any, grammar: str = "parallel_r1") -> TextGenerator:
