@@ -16,7 +16,10 @@ after the last path. Forced tokens (opening tags, closers, budget closers) carry
 The budget ``max_new_tokens`` counts every token of every branch (forced ones too) and always leaves room for
 the closers the open tags owe; when it runs out the engine writes them and stops (finish_reason "length").
 Before a fork it checks the block can still be closed (and NPR's ``min_fork_budget``); if not, the opener is
-not sampled. Inside a path the model cannot end the sequence (EOS is not sampled there).
+not sampled. Inside a path the model cannot end the sequence (EOS is not sampled there); with ParaThinker,
+whose block opens the response, a later thought tag is not sampled outside a block. Such bans shape only what
+is sampled; the reported log-probs stay the raw ones. Tags the model writes inside a path are path text, as
+the layout reads them.
 """
 
 from __future__ import annotations
@@ -225,7 +228,8 @@ class _Run:
             self.bias = torch.zeros(vocab, device=device)
             for t, b in sampling.logit_bias.items():
                 if not 0 <= int(t) < vocab:
-                    raise ValueError(f"SamplingConfig.logit_bias: token id {t} is outside the vocabulary (0..{vocab - 1})")
+                    raise ValueError(f"SamplingConfig.logit_bias: token id {t} is outside the vocabulary "
+                                     f"(0..{vocab - 1})")
                 self.bias[int(t)] = float(b)
 
     # ----------------------------------------------------------------------------------------------- loop

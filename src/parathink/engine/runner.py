@@ -87,7 +87,8 @@ class HFRunner:
         else:
             s = t
             allowed = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril_()[None, None].expand(b, 1, t, t)
-            mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device)
+            mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         view = _CacheView(cache, row0, s)
         extra = {"path_ids": path_ids} if self.path_vectors and path_ids is not None else {}
         out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=view,
@@ -166,7 +167,8 @@ class FastRunner:
                 self.layers.append(dict(
                     qkv=(qkv * ln1).t().contiguous(), qkv_b=qkv_b,
                     o=a.o_proj.weight.t().contiguous(), o_b=None if a.o_proj.bias is None else a.o_proj.bias.detach(),
-                    qk_norm=qk_norm, gate_up=(gate_up * ln2).t().contiguous(), down=mlp.down_proj.weight.t().contiguous(),
+                    qk_norm=qk_norm, gate_up=(gate_up * ln2).t().contiguous(),
+                    down=mlp.down_proj.weight.t().contiguous(),
                     pv=a.path_vectors if hasattr(a, "path_vectors") else None,
                     scale=float(getattr(a, "scaling", d ** -0.5)),
                 ))
