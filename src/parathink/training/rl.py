@@ -59,9 +59,11 @@ def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Prob
     from parathink.data.prompts import build_prompt
     from parathink.data.sources import load_problems
 
+    records = load_problems(cfg.problems, seed=seed)
+    # One batched call: the fast tokenizer encodes in Rust, per-prompt calls cost seconds per thousand.
+    encoded = tokenizer([build_prompt(r["problem"], tokenizer) for r in records], add_special_tokens=False)["input_ids"]
     out = []
-    for rec in load_problems(cfg.problems, seed=seed):
-        ids = tokenizer(build_prompt(rec["problem"], tokenizer), add_special_tokens=False)["input_ids"]
+    for rec, ids in zip(records, encoded):
         if len(ids) >= cfg.token_budget:
             from parathink.stages.context import ConfigError
 
@@ -189,7 +191,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     reward_fn = get_reward(cfg.reward, **cfg.reward_params)
-    dtype = (model_cfg or {}).get("dtype", "float32") if model_cfg is not None else "float32"
+    dtype = model_cfg.get("dtype", "float32") if model_cfg is not None else "float32"
     model, tokenizer = load_model(init_dir, dtype=dtype)
     problems = setup_problems(cfg, tokenizer, ctx.seed, stage)  # before any rollout: budget errors first
     ref_model = load_model(init_dir, dtype=dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None

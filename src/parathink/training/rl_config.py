@@ -26,7 +26,7 @@ class RLConfig:
     # ({source: synthetic, level, split: train, n}) or a data set ({source: gsm8k | dapo_math_17k, uri, limit}).
     # Steps cycle through them, reshuffled each epoch.
     problems: Mapping[str, Any] = field(default_factory=lambda: {"source": "synthetic", "level": "hard",
-                                                                 "split": "train", "n": 4000})
+                                                                 "split": "train", "n": 2000})
     reward: str = "accuracy"  # reward schedule name in parathink.rewards
     scaffold_steps: int = 200  # reward=scaffold: alternating S2 reward up to this step, accuracy after (§4.3)
     mode: str = "structured"  # engine mode: causal (Seen) or structured (Unseen, paths forked)
