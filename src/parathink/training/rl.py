@@ -16,7 +16,10 @@ Where this departs from the papers, and why:
 - The old log-probs are the engine's, not a second forward: the engine is tested to report what the training
   forward recomputes (<= 1e-4 in fp32), so with one update per step the ratio is 1 and clipping is inactive, as
   in a strictly on-policy run. Clipping acts from the second pass on (``updates_per_step`` > 1).
-- The reference model (KL) is loaded only when ``kl_coef`` > 0; Parallel-R1's public runs use no KL.
+- The reference model (KL) is loaded only when ``kl_coef`` > 0; Parallel-R1's public runs use no KL. Without
+  it the logged ``kl`` is empty (NaN), not a made-up figure.
+- ``entropy`` is logged as -mean log pi(token) over the sampled tokens (unbiased at T=1, top_p=1), not from the
+  full distribution: that cost as much as the rest of the update on the tiny model.
 
 accelerate sits underneath: on a GPU node DeepSpeed ZeRO or FSDP come from ``accelerate launch --config_file``;
 nothing here changes. (ZeRO-3 would need the engine to gather parameters before sampling: not done yet.)
