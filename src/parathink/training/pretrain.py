@@ -113,7 +113,7 @@ def pretrain(model, tokenizer, cfg, *, work_dir: Path, seed: int = 0, tracker: T
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.3f}")
-        if step % cfg.eval_every == 0 or step >= cfg.max_steps:
+        if step % cfg.eval_every == 0 or step >= cfg.max_steps or minutes >= cfg.max_minutes:
             acc, _ = accuracy(model, tokenizer, val, max_new_tokens=cfg.max_new_tokens)
             metrics["greedy_easy_val"] = acc
             tracker.log_metrics({"greedy_easy_val": acc}, step=step)
