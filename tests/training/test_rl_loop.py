@@ -28,9 +28,14 @@ def _nan(trace, correct, step):
     return float("nan")
 
 
-for name, fn in (("test_digits", _digits), ("test_nan", _nan)):
-    if name not in REWARDS:
-        register(name)(fn)
+@pytest.fixture(scope="module", autouse=True)
+def _test_rewards():
+    """Registers the test-only rewards for this module and removes them after, so the registry stays clean."""
+    added = [name for name, fn in (("test_digits", _digits), ("test_nan", _nan))
+             if name not in REWARDS and register(name)(fn)]
+    yield
+    for name in added:
+        REWARDS.pop(name, None)
 
 
 @pytest.fixture(scope="module")
