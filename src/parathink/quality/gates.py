@@ -80,7 +80,7 @@ def _context(gx, docs_dir: Path | None):
         context.add_data_docs_site(site_name="parathink", site_config={
             "class_name": "SiteBuilder",
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(Path(docs_dir).resolve())},
         })
     return context
 

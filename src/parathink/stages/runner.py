@@ -257,6 +257,9 @@ def _guard(fn) -> int:
         if type(err).__name__ == "GateFailed":  # parathink.quality.GateFailed, matched without importing GE
             print(f"parathink: quality gate failed: {err}", file=sys.stderr)
             return EXIT_GATE
+        if type(err).__name__ == "TeacherUnavailable":  # retries exhausted; what was generated is kept
+            print(f"parathink: error: {err}", file=sys.stderr)
+            return EXIT_ERROR
         from parathink.storage import StorageError
 
         if isinstance(err, (StorageError, FileNotFoundError)):
@@ -277,9 +280,19 @@ def main_run(overrides: list[str]) -> int:
 def main_stage(name: str, overrides: list[str]) -> int:
     """``parathink stage NAME [overrides]``: one stage (skipped when its output is up to date)."""
     def go():
-        cfg = compose(overrides)
+        cfg = compose(_stage_aliases(name, overrides))
         execute(cfg, [name])
     return _guard(go)
+
+
+def _stage_aliases(name: str, overrides: list[str]) -> list[str]:
+    """Short overrides a stage module accepts (filter: ``input=``, ``output=``, ``gate.*=``), expanded."""
+    try:
+        module = importlib.import_module(f"parathink.stages.{name}")
+    except ImportError:
+        return overrides  # unknown stage: compose/execute report it
+    expand = getattr(module, "expand_overrides", None)
+    return expand(overrides) if expand else overrides
 
 
 def main_demo(argv: list[str]) -> int:
