@@ -17,6 +17,7 @@ from typing import Sequence
 
 import torch
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
 
 from parathink.data.prompts import build_prompt
 from parathink.formats.layouts import TagIds, build_batch_layout
@@ -197,6 +198,7 @@ def train_sft(model, tokenizer, train_set: list[dict], collator, cfg, *, work_di
     trainer = SFTTrainer(model=model, args=args, train_dataset=train_set, data_collator=collator,
                          processing_class=tokenizer, callbacks=callbacks)
     ref.append(trainer)
+    trainer.remove_callback(PrinterCallback)  # metrics go to the tracker, not as dicts on stdout
     last = get_last_checkpoint(str(out))
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=last)
