@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from parathink.data.synthetic import corpus, generate
 from parathink.modeling import build_tiny_model
 from parathink.modeling.tokenizer import train_tokenizer
-from parathink.training.pretrain import IGNORE, collate, cosine_lr, encode, pretrain
+from parathink.training.pretrain import IGNORE, collate, cosine_lr, encode, pack, pretrain
 
 
 def test_cosine_warms_up_then_decays_to_the_floor_by_steps_or_time():
@@ -35,6 +35,33 @@ def test_collate_masks_prompt_and_padding(tok):
         assert (labels[len(e.ids):] == IGNORE).all()
         assert e.ids[-1] == tok.eos_token_id
     assert (collate(ex, tok.pad_token_id, "all")["labels"][0, : ex[0].n_prompt] != IGNORE).all()
+
+
+def test_pack_gives_each_example_its_own_logits_and_the_same_loss(tok):
+    """Packed rows (block-diagonal mask, restarted positions) must equal padded rows, token for token."""
+    model = build_tiny_model(OmegaConf.load("hydra_conf/model/tiny.yaml"), tok).eval()
+    ex = encode(generate("easy", "train", 5, seed=2) + generate("hard", "train", 5, seed=2), tok)
+    packed, padded = pack(ex, tok.pad_token_id, capacity=200), collate(ex, tok.pad_token_id)
+    assert packed["input_ids"].shape[0] < len(ex)  # several examples share a row
+    with torch.no_grad():
+        lp, lc = model(**packed), model(**padded)
+    assert lp.loss.item() == pytest.approx(lc.loss.item(), abs=1e-5)
+    # find each example in the packed rows and compare its logits with its padded row
+    found = 0
+    for i, e in enumerate(ex):
+        for r in range(packed["input_ids"].shape[0]):
+            row = packed["input_ids"][r].tolist()
+            starts = [o for o in range(len(row) - len(e.ids) + 1) if row[o:o + len(e.ids)] == e.ids
+                      and packed["position_ids"][r, o] == 0]
+            if starts:
+                o = starts[0]
+                diff = (lp.logits[r, o:o + len(e.ids)] - lc.logits[i, :len(e.ids)]).abs().max().item()
+                assert diff <= 1e-4, (i, diff)
+                found += 1
+                break
+    assert found == len(ex)
+    # a capacity below the longest example widens to it instead of failing
+    assert pack(ex, tok.pad_token_id, capacity=1)["input_ids"].shape[1] == max(len(e.ids) for e in ex)
 
 
 def test_pretrain_learns_and_resumes(tok, tmp_path):

@@ -30,6 +30,8 @@ def validate(cfg) -> None:
             raise ConfigError(f"base.{key} must be > 0, got {b[key]}")
     if not 0.0 <= float(b.easy_fraction) <= 1.0:
         raise ConfigError(f"base.easy_fraction must be in [0, 1], got {b.easy_fraction}")
+    if int(b.get("pack_len", 0)) < 0:
+        raise ConfigError(f"base.pack_len must be >= 0 (0 pads instead of packing), got {b.pack_len}")
     if b.loss_on not in ("response", "all"):
         raise ConfigError(f"base.loss_on must be 'response' or 'all', got {b.loss_on!r}")
     if float(b.lr) <= 0 or float(b.max_minutes) <= 0:

@@ -3,7 +3,9 @@
 A plain loop (AdamW, warm-up then cosine, batch of random examples) rather than a trainer framework: the model
 is 1M parameters, the loop must stop on a *greedy accuracy target* as well as on a step or time budget, and it
 must resume after a kill from its last checkpoint in the stage's work dir. CALIBRATION.md sizes it: batch 32,
-lr 2e-3, ~6 minutes on 2 cores for greedy easy ~0.87 / hard ~0.36.
+lr 2e-3, ~6 minutes on 2 cores for greedy easy ~0.87 / hard ~0.36. Packing the batch (``pack``) instead of
+padding it did better here: 1,310 steps in 6 minutes of training, greedy easy 0.95 / hard 0.46 (n=256), against
+978 steps and 0.56 / 0.21 padded.
 """
 
 from __future__ import annotations
@@ -55,6 +57,48 @@ def collate(batch: Sequence[Example], pad_id: int, loss_on: str = "response") ->
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def pack(batch: Sequence[Example], pad_id: int, capacity: int, loss_on: str = "response") -> dict[str, torch.Tensor]:
+    """Several examples per row, each seeing only itself: padding-free batches with the same loss.
+
+    First-fit decreasing into rows of ``capacity`` tokens; a block-diagonal causal 4-D mask and positions that
+    restart at 0 for every example make each example's logits exactly those it has alone, and the token-mean
+    loss equals ``collate``'s. Random batches of the tiny corpus are ~35% padding (mean 96 tokens, max ~150),
+    so this is ~1.35x more examples per second, and with the same batch composition (unlike length bucketing,
+    which made easy-only and hard-only batches and cost hard accuracy in a measured run).
+    """
+    from parathink.modeling.attention import to_4d_mask
+
+    rows: list[list[Example]] = []
+    used: list[int] = []
+    capacity = max(capacity, max(len(e.ids) for e in batch))  # a longer example gets a row of its own
+    for e in sorted(batch, key=lambda e: -len(e.ids)):
+        for i, u in enumerate(used):
+            if u + len(e.ids) <= capacity:
+                rows[i].append(e)
+                used[i] += len(e.ids)
+                break
+        else:
+            rows.append([e])
+            used.append(len(e.ids))
+    width = max(used)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+    pos = torch.zeros((len(rows), width), dtype=torch.long)
+    allowed = torch.zeros((len(rows), width, width), dtype=torch.bool)
+    allowed[:, torch.arange(width), torch.arange(width)] = True  # padding attends to itself only
+    for i, row in enumerate(rows):
+        o = 0
+        for e in row:
+            n = len(e.ids)
+            ids[i, o:o + n] = torch.tensor(e.ids)
+            start = o + (e.n_prompt if loss_on == "response" else 0)
+            labels[i, start:o + n] = ids[i, start:o + n]
+            pos[i, o:o + n] = torch.arange(n)
+            allowed[i, o:o + n, o:o + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+            o += n
+    return {"input_ids": ids, "labels": labels, "position_ids": pos, "attention_mask": to_4d_mask(allowed)}
+
+
 def cosine_lr(step: int, total: int, peak: float, warmup: int, min_ratio: float, time_frac: float = 0.0) -> float:
     """Linear warm-up to ``peak``, then cosine decay to ``peak * min_ratio``.
 
@@ -101,7 +145,9 @@ def pretrain(model, tokenizer, cfg, *, work_dir: Path, seed: int = 0, tracker: T
         lr = cosine_lr(step, cfg.max_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio, time_frac)
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = collate(rng.sample(examples, cfg.batch_size), tokenizer.pad_token_id, cfg.loss_on)
+        drawn = rng.sample(examples, cfg.batch_size)
+        batch = (pack(drawn, tokenizer.pad_token_id, int(cfg.pack_len), cfg.loss_on) if int(cfg.pack_len) > 0
+                 else collate(drawn, tokenizer.pad_token_id, cfg.loss_on))
         loss = model(**batch).loss
         loss.backward()
         gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
