@@ -63,6 +63,7 @@ def _model_source(cfg, ctx: StageContext):
 def run(cfg, ctx: StageContext) -> dict[str, float]:
     import torch
 
+    from parathink.formats.canonical import engine_form
     from parathink.formats.layouts import TagIds
     from parathink.modeling import check_structured_attention, install_path_vectors, load_model, save_model
     from parathink.modeling.factory import to_dtype
@@ -73,12 +74,20 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     t0 = time.perf_counter()
     if int(s.num_threads) > 0:
         torch.set_num_threads(int(s.num_threads))
-    traces = read_traces(ctx.input("filter") / "accepted.jsonl")
+    # Teach the text the engine will produce: no whitespace before the tags it forces (formats.canonical).
+    traces = [{**t, "response": engine_form(t["response"], str(cfg.format))}
+              for t in read_traces(ctx.input("filter") / "accepted.jsonl")]
     model, tok = load_model(_model_source(cfg, ctx), dtype=cfg.model.dtype,
                             attn_implementation=cfg.model.attn_implementation)
     if int(cfg.model.parathinker_max_paths) > 0:
         install_path_vectors(model, int(cfg.model.parathinker_max_paths))
-    train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong))
+    spans = None
+    if s.get("mask_wrong_paths", False):
+        from parathink.training.sft import wrong_path_spans
+
+        spans = [wrong_path_spans(t["response"], t.get("answer", ""), str(cfg.format)) if t.get("answer") else []
+                 for t in traces]
+    train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong), mask_spans=spans)
     if not train_set:
         raise ValueError(f"sft: all {len(traces)} traces exceed sft.max_length={s.max_length}")
     if s.collator == "structured":
@@ -88,7 +97,8 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     else:
         collator = CausalCollator(tok.pad_token_id)
     ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": len(traces), "sft.kept": stats.kept,
-                            "sft.dropped": stats.dropped, "sft.truncated": stats.truncated})
+                            "sft.dropped": stats.dropped, "sft.truncated": stats.truncated,
+                            "sft.masked_paths": sum(map(len, spans or [])), "sft.masked_tokens": stats.masked_tokens})
     model.train()
     metrics, trainer = train_sft(model, tok, train_set, collator, s, work_dir=ctx.work_dir, tracker=ctx.tracker,
                                  seed=ctx.seed, progress=ctx.progress)
@@ -97,5 +107,6 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     if trainer.is_world_process_zero():
         tok.save_pretrained(out)
     metrics.update({"traces": float(len(traces)), "kept": float(stats.kept), "dropped": float(stats.dropped),
-                    "truncated": float(stats.truncated), "stage_minutes": (time.perf_counter() - t0) / 60})
+                    "truncated": float(stats.truncated), "masked_paths": float(sum(map(len, spans or []))),
+                    "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})
     return metrics

@@ -33,26 +33,62 @@ class EncodeStats:
     kept: int = 0
     dropped: int = 0  # over max_length and overlong=drop
     truncated: int = 0  # over max_length and overlong=truncate
+    masked_tokens: int = 0  # response tokens given no loss (mask_spans)
 
 
-def encode_traces(records: Sequence[dict], tokenizer, max_length: int, overlong: str = "drop"):
-    """[{input_ids, n_prompt}] for prompt + response + eos, and counts of what did not fit ``max_length``."""
+def wrong_path_spans(response: str, answer: str, grammar: str) -> list[tuple[int, int]]:
+    """Character spans of the paths whose own final answer is present and wrong.
+
+    Self-distilled traces keep a problem when the *vote* is right, so about a quarter of their paths carry
+    wrong arithmetic; training on those tokens teaches the mistakes. Masking them out of the loss keeps the
+    paths in context (the summary still learns to read and vote over them) without imitating their errors.
+    A path with no answer of its own (a teacher's partial step) is never masked.
+    """
+    from parathink.formats import parse
+    from parathink.grading import grade
+
+    trace = parse(response, grammar)
+    if not trace.valid:
+        return []
+    spans = []
+    for block in trace.blocks:
+        for path in block.paths:
+            extracted, correct = grade(path.text, str(answer))
+            if extracted is not None and not correct:
+                spans.append((path.start, path.end))
+    return spans
+
+
+def encode_traces(records: Sequence[dict], tokenizer, max_length: int, overlong: str = "drop",
+                  mask_spans: Sequence[list[tuple[int, int]]] | None = None):
+    """[{input_ids, n_prompt, ignore}] for prompt + response + eos, and counts of what did not fit ``max_length``.
+
+    ``mask_spans`` (one list per record): character spans of the response whose tokens get no loss; their
+    token positions land in ``ignore``.
+    """
     if overlong not in OVERLONG:
         raise ValueError(f"overlong must be one of {OVERLONG}, got {overlong!r}")
     for i, r in enumerate(records):
         if not isinstance(r.get("problem"), str) or not isinstance(r.get("response"), str):
             raise ValueError(f"trace {i} (id={r.get('id')!r}) lacks a string 'problem' or 'response'")
     prompts = tokenizer([build_prompt(r["problem"], tokenizer) for r in records], add_special_tokens=False)["input_ids"]
-    responses = tokenizer([r["response"] for r in records], add_special_tokens=False)["input_ids"]
+    enc = tokenizer([r["response"] for r in records], add_special_tokens=False,
+                    return_offsets_mapping=mask_spans is not None)
+    responses = enc["input_ids"]
     eos, stats, out = tokenizer.eos_token_id, EncodeStats(), []
-    for p, r in zip(prompts, responses):
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ignore = []
+        if mask_spans is not None and mask_spans[i]:
+            ignore = [len(p) + t for t, (a, _) in enumerate(enc["offset_mapping"][i])
+                      if any(s <= a < e for s, e in mask_spans[i])]
+            stats.masked_tokens += len(ignore)
         ids = p + r + [eos]
         if len(ids) > max_length:
             if overlong == "drop" or len(p) >= max_length:
                 stats.dropped += 1
                 continue
             ids, stats.truncated = ids[:max_length], stats.truncated + 1
-        out.append({"input_ids": ids, "n_prompt": len(p)})
+        out.append({"input_ids": ids, "n_prompt": len(p), "ignore": [t for t in ignore if t < len(ids)]})
         stats.kept += 1
     return out, stats
 
@@ -62,6 +98,8 @@ def _labels(features, width: int) -> torch.Tensor:
     for i, f in enumerate(features):
         ids = torch.tensor(f["input_ids"])
         labels[i, f["n_prompt"]:len(ids)] = ids[f["n_prompt"]:]
+        if f.get("ignore"):
+            labels[i, f["ignore"]] = IGNORE
     return labels
 
 

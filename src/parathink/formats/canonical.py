@@ -1,0 +1,38 @@
+"""Traces in the form the structured engine writes them: no whitespace before a tag the engine forces.
+
+In structured mode the engine, not the model, writes some tags (``parathink.engine.grammar``): parallel_r1's
+``<Path>`` right after ``<Parallel>`` or ``</Path>``, ``</Parallel>`` right after the last ``</Path>``, then
+``<Summary>``; NPR's ``<step>`` and ``<takeaway>``; ParaThinker's ``<thinkN>`` and ``<summary>``. A teacher's
+trace usually puts newlines between those tags. Trained on such text, the model learns to expect a newline
+token the engine never writes, so every path it decodes starts from a context it has not seen (measured: SFT on
+newline-separated traces gave a parallel rate of 0.2% under the engine). ``engine_form`` removes that
+whitespace so SFT sees token for token what the engine produces; text inside paths and summaries is untouched.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from parathink.formats.tags import MAX_PARATHINKER_PATHS, TAGS, check_grammar
+
+FORCED: dict[str, tuple[str, ...]] = {
+    "parallel_r1": ("<Path>", "</Parallel>", "<Summary>"),
+    "npr": ("<step>", "<takeaway>"),
+    "parathinker": tuple(f"<think{i}>" for i in range(1, MAX_PARATHINKER_PATHS + 1)) + ("<summary>",),
+}
+
+
+@lru_cache(maxsize=None)
+def _pattern(grammar: str) -> re.Pattern:
+    any_tag = "|".join(re.escape(t) for t in sorted(TAGS[grammar], key=len, reverse=True))
+    forced = "|".join(re.escape(t) for t in sorted(FORCED[grammar], key=len, reverse=True))
+    # a tag, then whitespace, then a forced tag; ParaThinker's first thought also opens the response
+    lead = r"|^()\s+" if grammar == "parathinker" else ""
+    return re.compile(rf"(?:({any_tag})\s+{lead})(?=(?:{forced}))")
+
+
+def engine_form(text: str, grammar: str) -> str:
+    """``text`` without whitespace between a tag and a following engine-forced tag of ``grammar``."""
+    check_grammar(grammar)
+    return _pattern(grammar).sub(lambda m: m.group(1) or m.group(2) or "", text)
