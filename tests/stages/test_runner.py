@@ -171,3 +171,18 @@ def test_demo_prints_the_table_and_the_mlflow_command(curriculum, capsys):
     assert lines[0].split()[:3] == ["stage", "hard", "mean@k"]
     assert lines[2].split()[:2] == ["train", "13.0"] and lines[3].split()[:2] == ["tune", "19.0"]
     assert "curriculum finished in" in out
+
+
+def test_a_stage_pinning_torch_threads_does_not_leak_into_the_next(curriculum, tmp_path):
+    """`parathink run` runs every stage in one process; a stage's torch.set_num_threads must end with it."""
+    import torch
+
+    pinning = tmp_path / "pin_threads.py"
+    pinning.write_text("import torch\n\ndef run(cfg, ctx):\n    torch.set_num_threads(1)\n    return {}\n")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert runner.main_run(curriculum.overrides(f"stage_modules.prep={pinning}", stages=("prep",))) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
