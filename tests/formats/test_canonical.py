@@ -29,3 +29,21 @@ def test_text_without_tags_is_unchanged_and_unknown_grammar_is_an_error():
     assert engine_form("1 + 2 = 3\n\n\\boxed{3}", "parallel_r1") == "1 + 2 = 3\n\n\\boxed{3}"
     with pytest.raises(ValueError, match="unknown format"):
         engine_form("x", "nope")
+
+
+@pytest.mark.parametrize("grammar", ["parallel_r1", "npr", "parathinker"])
+def test_forced_tags_are_the_ones_the_engine_writes(grammar):
+    """canonical.FORCED restates engine.grammar's forced tags as strings; the two must not drift apart."""
+    from parathink.engine.grammar import fork_grammar
+    from parathink.formats.canonical import FORCED
+    from parathink.formats.layouts import TagIds
+    from parathink.formats.tags import MAX_PARATHINKER_PATHS
+    from parathink.modeling import load_tokenizer, resolve_source
+    from parathink.modeling.tags import missing_tags
+
+    tok = load_tokenizer(resolve_source("builtin:tiny_base"))
+    tok.add_special_tokens({"additional_special_tokens": missing_tags(tok, grammar)},
+                           replace_extra_special_tokens=False)
+    g = fork_grammar(TagIds.from_tokenizer(tok, grammar), tok, max_paths=MAX_PARATHINKER_PATHS)
+    forced_ids = {p[0] for p in g.path_open} | set(g.block_closers) | set(g.summary_open)
+    assert set(tok.convert_ids_to_tokens(sorted(forced_ids))) == set(FORCED[grammar])

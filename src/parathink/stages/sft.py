@@ -85,8 +85,9 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     if s.get("mask_wrong_paths", False):
         from parathink.training.sft import wrong_path_spans
 
-        spans = [wrong_path_spans(t["response"], t.get("answer", ""), str(cfg.format)) if t.get("answer") else []
+        spans = [wrong_path_spans(t["response"], t["answer"], str(cfg.format)) if t.get("answer") else []
                  for t in traces]
+    masked_paths = sum(map(len, spans or []))
     train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong), mask_spans=spans)
     if not train_set:
         raise ValueError(f"sft: all {len(traces)} traces exceed sft.max_length={s.max_length}")
@@ -98,7 +99,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         collator = CausalCollator(tok.pad_token_id)
     ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": len(traces), "sft.kept": stats.kept,
                             "sft.dropped": stats.dropped, "sft.truncated": stats.truncated,
-                            "sft.masked_paths": sum(map(len, spans or [])), "sft.masked_tokens": stats.masked_tokens})
+                            "sft.masked_paths": masked_paths, "sft.masked_tokens": stats.masked_tokens})
     model.train()
     metrics, trainer = train_sft(model, tok, train_set, collator, s, work_dir=ctx.work_dir, tracker=ctx.tracker,
                                  seed=ctx.seed, progress=ctx.progress)
@@ -107,6 +108,6 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     if trainer.is_world_process_zero():
         tok.save_pretrained(out)
     metrics.update({"traces": float(len(traces)), "kept": float(stats.kept), "dropped": float(stats.dropped),
-                    "truncated": float(stats.truncated), "masked_paths": float(sum(map(len, spans or []))),
+                    "truncated": float(stats.truncated), "masked_paths": float(masked_paths),
                     "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})
     return metrics
