@@ -138,3 +138,50 @@ def test_budget_smaller_than_the_prompt_fails_before_any_rollout(ckpt, tmp_path)
     with pytest.raises(ConfigError, match=r"rl_test.token_budget=10: smaller than the prompt of problem"):
         _train(_cfg(token_budget=10), tmp_path, ckpt)
     assert not (tmp_path / ".work" / "rl_test" / "metrics.jsonl").exists()
+
+
+def test_update_skips_flat_groups_without_changing_the_gradient(ckpt):
+    """Rollouts of a group that all scored the same are left out of the forward; the step must equal plain SGD
+    on the loss of the *whole* batch (every rollout, the flat ones in the normaliser)."""
+    from accelerate import Accelerator
+
+    from parathink.engine import Engine, SamplingConfig
+    from parathink.modeling import load_model
+    from parathink.training.losses import NORMALISERS, grpo_loss
+    from parathink.training.rl import build_optimizer, policy_logprobs, update
+    from parathink.training.rl_rollouts import assemble, score
+    from parathink.rewards import get_reward
+
+    torch.manual_seed(0)
+    model, tok = load_model(ckpt)
+    engine = Engine(model, tok, "parallel_r1", "structured", 2)
+    prompts = [tok("Q: 1 + 2 = ?", add_special_tokens=False)["input_ids"], tok("Q: 3 * 4", add_special_tokens=False)["input_ids"]]
+    samples = engine.generate(prompts, SamplingConfig(temperature=1.0, max_new_tokens=40, seed=3), num_samples=4)
+    digits = get_reward("test_digits")
+    rollouts = [score(s.prompt_index, s, s.text, "3", "parallel_r1", digits, 0) for s in samples]
+    for r in rollouts:
+        if r.group == 0:
+            r.reward = 0.5  # group 0 is flat: zero advantage, skipped by the update
+    batch = assemble(rollouts, 4, "group_std", drop_zero_variance=False, drop_invalid_format=False)
+    assert [r.advantage for r in batch.rollouts if r.group == 0] == [0.0] * 4
+    assert any(r.advantage != 0.0 for r in batch.rollouts if r.group == 1)
+
+    # The reference: the whole batch's loss, every rollout through the forward.
+    ordered = batch.rollouts
+    logp = policy_logprobs(engine, model, [r.sample for r in ordered])
+    pad = lambda rows: torch.nn.utils.rnn.pad_sequence([torch.as_tensor(x, dtype=torch.float32) for x in rows], batch_first=True)
+    old, mask = pad([r.sample.logprobs for r in ordered]), pad([r.sample.loss_mask for r in ordered])
+    cfg = _cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3)
+    loss, _ = grpo_loss(cfg.loss_spec, logp, old[:, :logp.shape[1]], torch.tensor([r.advantage for r in ordered]),
+                        mask[:, :logp.shape[1]], NORMALISERS[cfg.loss_agg](mask))
+    model.zero_grad()
+    loss.backward()
+    want = {n: -p.grad.clone() for n, p in model.named_parameters()}  # SGD at lr 1: the step is -grad
+    model.zero_grad()
+
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    update(Accelerator(cpu=True), model, None, engine, opt, sched, batch, cfg)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach() - before[n], want[n], atol=1e-6, rtol=1e-4, msg=n)

