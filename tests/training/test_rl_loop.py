@@ -78,7 +78,7 @@ def _rows(ctx):
 
 
 def test_policy_gradient_raises_the_reward(ckpt, tmp_path):
-    ctx, summary = _train(_cfg(steps=12, advantage="group_std", loss_agg="seq_mean"), tmp_path, ckpt)
+    ctx, summary = _train(_cfg(steps=12, advantage="group_std", loss_agg="seq_mean", probe_prompts=8), tmp_path, ckpt)
     rows = _rows(ctx)
     assert [r["step"] for r in rows] == list(range(1, 13))
     first = sum(r["reward_mean"] for r in rows[:3]) / 3
@@ -90,6 +90,9 @@ def test_policy_gradient_raises_the_reward(ckpt, tmp_path):
     assert "relative_position" in rows[0] and "kl" in rows[0]
     assert (ctx.out_dir / "model" / "config.json").exists()
     assert summary["steps"] == 12 and summary["reward_last"] > summary["reward_first"]
+    # The probe: the same 8 problems x 8 draws under the start and the final policy.
+    assert summary["probe_n"] == 64
+    assert summary["probe_reward_end"] > 1.5 * summary["probe_reward_start"] > 0, summary
 
 
 class _KillAt:
@@ -114,11 +117,13 @@ class _KillAt:
 def test_resume_after_a_kill_is_exact(ckpt, tmp_path, overrides):
     from safetensors.torch import load_file
 
-    cfg = _cfg(reward="scaffold", scaffold_steps=2, **overrides)
-    straight, _ = _train(cfg, tmp_path / "a", ckpt)
+    cfg = _cfg(reward="scaffold", scaffold_steps=2, probe_prompts=4, **overrides)
+    straight, s_summary = _train(cfg, tmp_path / "a", ckpt)
     with pytest.raises(KeyboardInterrupt):
         _train(cfg, tmp_path / "b", ckpt, tracker=_KillAt(4))  # dies in step 4, after the step-2 checkpoint
-    resumed, _ = _train(cfg, tmp_path / "b", ckpt)
+    resumed, r_summary = _train(cfg, tmp_path / "b", ckpt)
+    probe = [k for k in s_summary if k.startswith("probe_")]
+    assert len(probe) == 5 and all(s_summary[k] == r_summary[k] for k in probe)  # the start probe survives the kill
     a = load_file(str(straight.out_dir / "model" / "model.safetensors"))
     b = load_file(str(resumed.out_dir / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -111,6 +111,34 @@ def sample_step(engine, problems: list[Problem], cfg: RLConfig, reward_fn, gramm
             for s in samples]
 
 
+def probe_problems(problems: list[Problem], n: int, seed: int) -> list[Problem]:
+    """The fixed training problems of the before/after probe: a seeded draw, the same on a resumed run."""
+    import random
+
+    return [problems[i] for i in sorted(random.Random(f"probe:{seed}").sample(range(len(problems)), min(n, len(problems))))]
+
+
+def run_probe(engine, problems: list[Problem], cfg: RLConfig, grammar: str, seed: int) -> list[dict]:
+    """Sample the probe with the current policy: one fixed sampling seed, so the start and the final policy are
+    compared on the same problems and the same random draws (a paired comparison). Keeps text and verdict only:
+    rewards are computed at the end, all at one step of the schedule."""
+    rollouts = sample_step(engine, problems, cfg, lambda trace, correct, step: 0.0, grammar, 0, seed)
+    return [{"text": r.text, "correct": r.correct} for r in rollouts]
+
+
+def probe_summary(start: list[dict], end: list[dict], reward_fn, grammar: str, step: int) -> dict[str, float]:
+    """Mean reward (at ``step`` of the schedule) and accuracy of the probe's rollouts before and after."""
+    from parathink.formats import parse
+
+    def stats(rows: list[dict]) -> tuple[float, float]:
+        rewards = [float(reward_fn(parse(r["text"], grammar), r["correct"], step)) for r in rows]
+        return sum(rewards) / len(rows), sum(r["correct"] for r in rows) / len(rows)
+
+    (r0, a0), (r1, a1) = stats(start), stats(end)
+    return {"probe_n": float(len(start)), "probe_reward_start": r0, "probe_reward_end": r1,
+            "probe_accuracy_start": a0, "probe_accuracy_end": a1}
+
+
 def policy_logprobs(engine, model, samples: list[Any]) -> torch.Tensor:
     """Per-token log-probs [B, T] of the samples' response tokens under ``model`` (zero-padded, with grad),
     recomputed by the engine's own function under the layout each sample was generated with."""
@@ -230,6 +258,17 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k != "extra"})
 
     began = time.perf_counter()
+    probe, probe_start = [], []
+    if cfg.probe_prompts:
+        # The start policy's probe, kept in the work dir: a resumed run no longer has the start policy in memory.
+        probe = probe_problems(problems, cfg.probe_prompts, ctx.seed)
+        probe_path = Path(ctx.work_dir) / "probe_start.json"
+        if probe_path.exists() and ckpt is not None:
+            probe_start = json.loads(probe_path.read_text(encoding="utf-8"))
+        else:
+            probe_start = run_probe(engine, probe, cfg, grammar, ctx.seed)
+            _write_atomic(probe_path, json.dumps(probe_start))
+    step = start
     for step in range(start + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         chosen = [problems[i] for i in problems_for_step(len(problems), cfg.prompts_per_step, step, ctx.seed)]
@@ -267,6 +306,9 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     if metrics_path.exists():
         (Path(ctx.out_dir) / "metrics.jsonl").write_text(metrics_path.read_text(encoding="utf-8"), encoding="utf-8")
     summary = summarise(_read_metrics(metrics_path))
+    if probe:
+        summary.update(probe_summary(probe_start, run_probe(engine, probe, cfg, grammar, ctx.seed), reward_fn,
+                                     grammar, step))
     summary["peak_rss_mb"] = _peak_rss_mb()
     return summary
 
@@ -282,6 +324,12 @@ def _peak_rss_mb() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KB on Linux
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def _jsonable(record: dict) -> dict:

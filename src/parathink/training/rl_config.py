@@ -66,6 +66,9 @@ class RLConfig:
     max_nan_steps: int = 3  # consecutive steps with a NaN loss or reward before training stops
     checkpoint_every: int = 25  # steps between resumable checkpoints in the work dir
     max_minutes: float = 0.0  # wall-clock cap: stop after the step that crosses it and publish; 0 = none
+    # Training problems sampled (group_size each, one fixed seed) by the start and the final policy, so the
+    # stage reports its training reward before and after on the same problems and draws; 0 = off.
+    probe_prompts: int = 0
     mixed_precision: str = "no"  # accelerate's mixed precision
     num_threads: int = 0  # torch CPU threads; 0 keeps torch's default
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys the stage file adds (``enabled``)
@@ -137,6 +140,8 @@ class RLConfig:
             raise bad("num_threads", "must be >= 0 (0 = torch's default)")
         if self.max_minutes < 0:
             raise bad("max_minutes", "must be >= 0 (0 = no cap)")
+        if self.probe_prompts < 0:
+            raise bad("probe_prompts", "must be >= 0 (0 = no before/after probe)")
         if self.warmup_steps < 0:
             raise bad("warmup_steps", "must be >= 0")
         if self.policy_loss == "on_policy" and self.updates_per_step > 1:
