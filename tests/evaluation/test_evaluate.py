@@ -60,3 +60,16 @@ def test_tables():
     assert "n=1600, k=8" in text
     cmp = format_compare(results, {"stages": {"sft": {"hard": {**row, "accuracy": 0.6}}}})
     assert "50.0 | 60.0" in cmp and "- | -" not in cmp.splitlines()[2].split("base")[0]
+
+
+def test_vs_start_lines():
+    from parathink.evaluation.table import format_vs_start
+
+    results = {"stages": {"base": {}, "sft": {}, "grpo_baseline": {}},
+               "vs_start": {"grpo_baseline": {"hard": {"start": "base", "delta": 0.024, "se": 0.012, "n_problems": 200}},
+                            "sft": {"easy": {"start": "base", "delta": 0.081, "se": 0.021, "n_problems": 200},
+                                    "hard": {"start": "base", "delta": -0.053, "se": 0.012, "n_problems": 200}}}}
+    lines = format_vs_start(results).splitlines()
+    assert lines[1] == "sft            vs base     easy +8.1 ± 2.1   hard -5.3 ± 1.2"
+    assert lines[2] == "grpo_baseline  vs base     hard +2.4 ± 1.2"
+    assert format_vs_start({"stages": {"base": {}}}) == ""

@@ -48,3 +48,13 @@ def test_mean_at_k_matches_sample_mean_when_k_constant():
     correct = [[rng.random() < 0.3 for _ in range(8)] for _ in range(50)]
     flat = [c for row in correct for c in row]
     assert M.mean_at_k(correct) == pytest.approx(sum(flat) / len(flat))
+
+
+def test_paired_difference_by_hand():
+    # differences 0.25, 0.0, -0.125, 0.375: mean 0.125; sample var = (0.015625+0.015625+0.0625+0.0625)/3
+    delta, se = M.paired_difference([0.5, 0.25, 0.0, 1.0], [0.25, 0.25, 0.125, 0.625])
+    assert delta == pytest.approx(0.125)
+    assert se == pytest.approx(((0.15625 / 3) / 4) ** 0.5)
+    assert M.paired_difference([0.5, 0.5], [0.25, 0.25]) == (0.25, 0.0)  # the same gain everywhere: no doubt
+    with pytest.raises(ValueError, match="equally long"):
+        M.paired_difference([0.5, 0.5], [0.5])

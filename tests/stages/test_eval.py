@@ -36,6 +36,15 @@ def test_eval_stage_scores_every_model_present(run_dir):
     assert len(lines) == 5 and len(first["samples"]) == 2
     assert {"response", "extracted", "correct", "valid", "parallel", "errors", "blocks", "relative_position",
             "length"} <= set(first["samples"][0])
+    # sft against its start (base) on the same problems: the paired difference, recomputed from the files.
+    for set_name in ("easy", "hard"):
+        acc = {st: {p["id"]: p["accuracy"] for p in map(json.loads, (run_dir / "eval" / st / f"{set_name}.jsonl").read_text().splitlines())}
+               for st in ("base", "sft")}
+        diffs = [acc["sft"][i] - acc["base"][i] for i in acc["base"]]
+        got = results["vs_start"]["sft"][set_name]
+        assert got["start"] == "base" and got["n_problems"] == len(diffs)
+        assert got["delta"] == pytest.approx(sum(diffs) / len(diffs)) and got["se"] >= 0
+    assert "base" not in results["vs_start"]
     manifest = json.loads((run_dir / "eval" / "_manifest.json").read_text())
     assert set(manifest["inputs"]) == {"base", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline"}
     assert manifest["inputs"]["rl_easy"] is None  # absent, recorded: its arrival makes eval rerun

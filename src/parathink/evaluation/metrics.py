@@ -6,6 +6,8 @@ All pure functions over per-problem verdicts, so that the eval stage, tests and 
 - best@k: oracle best-of-k, the plain estimate "any of the first k samples is correct" (equals pass@k
   when exactly k samples were drawn; differs, with more variance, when n > k);
 - maj@k: majority vote over the first k extracted answers (ties broken by first occurrence);
+- paired difference: two models' mean@k on the same problems, with the standard error of the per-problem
+  differences (what "a stage gained N points over its start" rests on);
 - behaviour: parallel rate, mean relative position (over parallel traces), blocks per trace, response length,
   computed by ``parathink.formats.metrics`` (DESIGN.md, Formats → Metrics) — not re-implemented here.
 """
@@ -61,3 +63,17 @@ def maj_at_k(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence
         vote = majority(ans[:k])
         hits += vote is not None and any(a == vote and c for a, c in zip(ans[:k], ok[:k]))
     return hits / len(answers)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mean of a - b over problems scored by both models, and its standard error (sample std / sqrt(n)).
+
+    ``a`` and ``b`` are per-problem accuracies in the same problem order. Pairing by problem removes the
+    problems' own spread in difficulty, which dominates the noise of either mean alone.
+    """
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"paired_difference needs two equally long lists of >= 2 problems; got {len(a)} and {len(b)}")
+    d = [x - y for x, y in zip(a, b)]
+    mean = sum(d) / len(d)
+    var = sum((x - mean) ** 2 for x in d) / (len(d) - 1)
+    return mean, (var / len(d)) ** 0.5

@@ -52,6 +52,21 @@ def format_table(results: dict) -> str:
     return render(header, rows) + ("\n(" + "; ".join(ns) + ")" if ns else "")
 
 
+def format_vs_start(results: dict) -> str:
+    """One line per stage: mean@k minus its start's on the same problems, +- the paired standard error."""
+    lines = []
+    for stage in ordered_stages(results):
+        sets = results.get("vs_start", {}).get(stage)
+        if not sets:
+            continue
+        start = next(iter(sets.values()))["start"]
+        parts = [f"{s} {100 * v['delta']:+.1f} ± {100 * v['se']:.1f}" for s, v in sets.items()]
+        lines.append(f"{stage:<14} vs {start:<8} " + "   ".join(parts))
+    if not lines:
+        return ""
+    return "\n".join(["mean@k against each stage's start (points, ± paired standard error over problems):", *lines])
+
+
 def format_compare(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> str:
     """Two runs side by side: for every stage and set, each metric as ``A | B``."""
     sets = [s for s in set_names(a) + set_names(b)]

@@ -105,6 +105,41 @@ def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: P
     return rows
 
 
+def start_of(cfg: DictConfig, stage: str) -> str | None:
+    """The model stage ``stage`` trains from: its ``init_from``; sft starts from base; base from nothing."""
+    if stage == "base":
+        return None
+    node = cfg.get(stage)
+    start = node.get("init_from") if node is not None else None
+    return str(start) if start else ("base" if stage == "sft" else None)
+
+
+def vs_start(cfg: DictConfig, out_dir: Path, stages: dict) -> dict:
+    """Each evaluated stage against its evaluated start, per set: the paired difference of mean@k over the
+    same problems and its standard error ({stage: {set: {start, delta, se, n_problems}}})."""
+    from parathink.evaluation.metrics import paired_difference
+
+    def per_problem(stage: str, set_name: str) -> dict[str, float]:
+        lines = (out_dir / stage / f"{set_name}.jsonl").read_text(encoding="utf-8").splitlines()
+        return {str(p["id"]): float(p["accuracy"]) for p in map(json.loads, lines)}
+
+    out: dict = {}
+    for stage, sets in stages.items():
+        start = start_of(cfg, stage)
+        if start not in stages:
+            continue
+        for set_name in sets:
+            if set_name not in stages[start]:
+                continue
+            a, b = per_problem(stage, set_name), per_problem(start, set_name)
+            ids = [i for i in a if i in b]
+            if len(ids) < 2:
+                continue
+            delta, se = paired_difference([a[i] for i in ids], [b[i] for i in ids])
+            out.setdefault(stage, {})[set_name] = {"start": start, "delta": delta, "se": se, "n_problems": len(ids)}
+    return out
+
+
 def _bar(ctx: StageContext, total: int, desc: str):
     if not ctx.progress:
         return None
@@ -133,6 +168,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
         results["stages"][str(stage)] = _evaluate_stage(cfg, ctx, str(stage), model_dir, sets)
     if not results["stages"]:
         raise StageInputMissing(f"eval: none of {list(cfg.eval.models)} has published a model in this run")
+    results["vs_start"] = vs_start(cfg, ctx.out_dir, results["stages"])
     (ctx.out_dir / "results.json").write_text(json.dumps(results, indent=1))
     return {f"{stage}.{s}.{key}": float(row[key]) for stage, sets_ in results["stages"].items()
             for s, row in sets_.items() for key in ("accuracy", "pass_at_k", "parallel_rate")

@@ -316,7 +316,7 @@ def _stage_aliases(name: str, overrides: list[str]) -> list[str]:
 
 def main_demo(argv: list[str]) -> int:
     """``parathink demo [overrides]``: the tiny curriculum, then its table and how to open MLflow."""
-    from parathink.evaluation.table import format_table
+    from parathink.evaluation.table import format_table, format_vs_start
 
     state: dict = {}
 
@@ -334,6 +334,9 @@ def main_demo(argv: list[str]) -> int:
     if (results_dir / "results.json").exists():
         results = json.loads((results_dir / "results.json").read_text())
         print(format_table(results))
+        deltas = format_vs_start(results)
+        if deltas:
+            print("\n" + deltas)
     print(f"\ncurriculum finished in {state['minutes']:.1f} min; run directory: {rundir.root}")
     if cfg.tracking.backend == "mlflow":
         mlflow_bin = Path(sys.executable).with_name("mlflow")
