@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from parathink import storage
 from parathink.training import rl_checkpoint
 from parathink.training.losses import NORMALISERS, grpo_loss
 from parathink.training.rl_config import RLConfig
@@ -158,7 +159,7 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     # the order changes nothing but float summation order.
     rollouts = sorted(batch.rollouts, key=lambda r: len(r.sample.prompt_ids) + len(r.sample.response_ids))
     spec = cfg.loss_spec
-    totals = {"loss": 0.0, "tokens": 0.0, "clipped": 0.0, "kl": 0.0, "grad_norm": 0.0}
+    totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "grad_norm": 0.0}
     # Old log-probs and loss masks are the engine's (padded with zeros: masked out of every sum).
     device = accelerator.device
     old = _pad([torch.as_tensor(r.sample.logprobs, dtype=torch.float32) for r in rollouts]).to(device)  # [B, T]
@@ -189,7 +190,6 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
                 raise FloatingPointError(f"loss is {loss.item()}")
             accelerator.backward(loss)
             totals["loss"] += loss.item()
-            totals["tokens"] += stats["tokens"].item()
             totals["clipped"] += stats["clipped"].item()
             totals["kl"] += stats.get("kl", torch.zeros(())).item()
         for p in model.parameters():  # a step with no active rollout: a zero gradient, so Adam moves as usual
@@ -267,7 +267,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
             probe_start = json.loads(probe_path.read_text(encoding="utf-8"))
         else:
             probe_start = run_probe(engine, probe, cfg, grammar, ctx.seed)
-            _write_atomic(probe_path, json.dumps(probe_start))
+            storage.write_text(probe_path, json.dumps(probe_start))
     step = start
     for step in range(start + 1, cfg.steps + 1):
         t0 = time.perf_counter()
@@ -324,12 +324,6 @@ def _peak_rss_mb() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KB on Linux
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _jsonable(record: dict) -> dict:
