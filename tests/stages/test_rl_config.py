@@ -44,6 +44,7 @@ def test_schedules_and_modes_per_stage():
     ("rl_hard.temperature=0", "rl_hard.temperature"),
     ("rl_easy.problems.level=medium", "rl_easy.problems.level"),
     ("rl_hard.problems.split=test", "rl_hard.problems.split"),
+    ("rl_hard.old_logprobs=vllm", "rl_hard.old_logprobs"),
 ])
 def test_bad_values_fail_in_validate_naming_the_key(override, key):
     stage = key.split(".")[0]

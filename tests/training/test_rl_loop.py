@@ -145,29 +145,85 @@ def test_budget_smaller_than_the_prompt_fails_before_any_rollout(ckpt, tmp_path)
     assert not (tmp_path / ".work" / "rl_test" / "metrics.jsonl").exists()
 
 
-def test_update_skips_flat_groups_without_changing_the_gradient(ckpt):
-    """Rollouts of a group that all scored the same are left out of the forward; the step must equal plain SGD
-    on the loss of the *whole* batch (every rollout, the flat ones in the normaliser)."""
-    from accelerate import Accelerator
-
-    from parathink.engine import Engine, SamplingConfig
-    from parathink.modeling import load_model
-    from parathink.training.losses import NORMALISERS, grpo_loss
-    from parathink.training.rl import build_optimizer, policy_logprobs, update
-    from parathink.training.rl_rollouts import assemble, score
+def _sampled_batch(engine, tok, flat_group: bool):
+    """Two prompts x 4 rollouts sampled by the engine, rewarded by digit share; group 0 made flat on request."""
+    from parathink.engine import SamplingConfig
     from parathink.rewards import get_reward
+    from parathink.training.rl_rollouts import assemble, score
 
     torch.manual_seed(0)
-    model, tok = load_model(ckpt)
-    engine = Engine(model, tok, "parallel_r1", "structured", 2)
     prompts = [tok("Q: 1 + 2 = ?", add_special_tokens=False)["input_ids"], tok("Q: 3 * 4", add_special_tokens=False)["input_ids"]]
     samples = engine.generate(prompts, SamplingConfig(temperature=1.0, max_new_tokens=40, seed=3), num_samples=4)
     digits = get_reward("test_digits")
     rollouts = [score(s.prompt_index, s, s.text, "3", "parallel_r1", digits, 0) for s in samples]
     for r in rollouts:
-        if r.group == 0:
+        if flat_group and r.group == 0:
             r.reward = 0.5  # group 0 is flat: zero advantage, skipped by the update
-    batch = assemble(rollouts, 4, "group_std", drop_zero_variance=False, drop_invalid_format=False)
+    return assemble(rollouts, 4, "group_std", drop_zero_variance=False, drop_invalid_format=False)
+
+
+@pytest.mark.parametrize("autocast, source", [(True, "engine"), (True, "recompute"), (False, "recompute")])
+def test_recomputed_old_logprobs_start_the_ratio_at_one(ckpt, autocast, source):
+    """Under bf16 autocast (what accelerate's mixed_precision=bf16 wraps the forward in) the training forward
+    disagrees with the engine's fp32 log-probs, so even the first, on-policy pass clips; recomputing the old
+    log-probs with the training forward removes that, and logs the gap."""
+    from accelerate import Accelerator
+
+    from parathink.engine import Engine
+    from parathink.modeling import load_model
+    from parathink.training.rl import update
+
+    model, tok = load_model(ckpt)
+    engine = Engine(model, tok, "parallel_r1", "structured", 2)
+    batch = _sampled_batch(engine, tok, flat_group=False)
+    if autocast:
+        model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
+    cfg = _cfg(old_logprobs=source, eps_low=1e-6, eps_high=1e-6, lr=1e-12, micro_batch_size=3)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-12)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    out = update(Accelerator(cpu=True), model, None, Engine(model, tok, "parallel_r1", "structured", 2), opt, sched,
+                 batch, cfg)
+    if source == "engine":
+        assert math.isnan(out["old_logprob_drift"])
+        assert out["clip_frac"] > 0.05, out  # tokens whose ratio left 1 +- 1e-6 on the side that binds
+    else:
+        assert out["clip_frac"] == 0.0, out  # ratio exactly 1 on the first pass
+        if autocast:
+            assert out["old_logprob_drift"] > 1e-4, out  # the bf16 mismatch the engine carried (measured 2.8e-4 here)
+        else:
+            assert out["old_logprob_drift"] < 1e-5, out  # fp32: the engine already matches the training forward
+
+
+def test_a_multi_process_launch_is_refused(tmp_path):
+    """Two real processes (torchrun, gloo on CPU): the RL loop would sample the same prompts in both, so it
+    stops with one line naming the stage instead of training twice over the same data."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "launch.py"
+    script.write_text(
+        "from accelerate import Accelerator\n"
+        "from parathink.training.rl import single_process\n"
+        "single_process(Accelerator(cpu=True), 'rl_hard')\n")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29517", str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "rl_hard: RL stages run in one process on one device, got 2 process(es) under MULTI_CPU" in proc.stderr
+
+
+def test_update_skips_flat_groups_without_changing_the_gradient(ckpt):
+    """Rollouts of a group that all scored the same are left out of the forward; the step must equal plain SGD
+    on the loss of the *whole* batch (every rollout, the flat ones in the normaliser)."""
+    from accelerate import Accelerator
+
+    from parathink.engine import Engine
+    from parathink.modeling import load_model
+    from parathink.training.losses import NORMALISERS, grpo_loss
+    from parathink.training.rl import policy_logprobs, update
+
+    model, tok = load_model(ckpt)
+    engine = Engine(model, tok, "parallel_r1", "structured", 2)
+    batch = _sampled_batch(engine, tok, flat_group=True)
     assert [r.advantage for r in batch.rollouts if r.group == 0] == [0.0] * 4
     assert any(r.advantage != 0.0 for r in batch.rollouts if r.group == 1)
 

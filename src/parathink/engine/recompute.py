@@ -30,7 +30,8 @@ def recompute_logprobs(model, engine, samples: Sequence, with_entropy: bool = Fa
     ids = torch.full((len(seqs), length), engine.pad, dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, :len(s)] = torch.tensor(s)
-    inputs = structured_inputs(layout, dtype=dtype, path_ids=bool(getattr(model.config, "parathink_max_paths", 0)))
+    config = getattr(model, "module", model).config  # a DDP / DeepSpeed wrapper holds the model as .module
+    inputs = structured_inputs(layout, dtype=dtype, path_ids=bool(getattr(config, "parathink_max_paths", 0)))
     inputs = {k: v.to(device) for k, v in inputs.items()}
     logits = model(input_ids=ids.to(device), **inputs).logits  # [B, L, V]
     width = max(len(s.response_ids) for s in samples)

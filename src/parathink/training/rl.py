@@ -177,6 +177,22 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     # has zero policy loss and zero gradient under every policy loss here. Without a KL term it is left out of
     # the forward/backward; the normaliser above still counts its tokens, so the gradient is the full batch's.
     active = [k for k, r in enumerate(rollouts) if r.advantage != 0.0 or ref is not None]
+    # Entropy as the Monte-Carlo estimate -E[log pi(token)] over the sampled tokens (exact in expectation when
+    # sampling at T=1, top_p=1): computing it from the logits under autograd doubled the update's time.
+    entropy = float(-(old * mask).sum() / mask.sum().clamp(min=1.0))
+    drift = float("nan")
+    if cfg.old_logprobs == "recompute" and active:
+        # The ratio's denominator from the training forward itself, on the very micro-batches the update runs, so
+        # that the first pass starts at ratio 1 whatever precision the engine sampled in; the mean gap to the
+        # engine's log-probs is logged (the training-inference mismatch).
+        engine_old = old.clone()
+        with torch.no_grad():
+            for i in range(0, len(active), cfg.micro_batch_size):
+                part = torch.tensor(active[i:i + cfg.micro_batch_size], device=device)
+                logp = policy_logprobs(engine, model, [rollouts[k].sample for k in part.tolist()])  # [b, t]
+                old[part, :logp.shape[1]] = logp.float()
+        kept = mask[active]
+        drift = float(((old - engine_old)[active].abs() * kept).sum() / kept.sum().clamp(min=1.0))
     model.train()
     for _ in range(cfg.updates_per_step):
         for i in range(0, len(active), cfg.micro_batch_size):
@@ -206,12 +222,9 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     model.eval()
     n = cfg.updates_per_step
     tok = max(1.0, n * float(mask.sum()))  # every pass counts every kept token, the inactive ones too
-    # Entropy as the Monte-Carlo estimate -E[log pi(token)] over the sampled tokens (exact in expectation when
-    # sampling at T=1, top_p=1): computing it from the logits under autograd doubled the update's time.
-    entropy = float(-(old * mask).sum() / mask.sum().clamp(min=1.0))
     return {"loss": totals["loss"] / n, "clip_frac": totals["clipped"] / tok, "entropy": entropy,
             "kl": totals["kl"] / tok if ref is not None else float("nan"), "grad_norm": totals["grad_norm"] / n,
-            "lr": scheduler.get_last_lr()[0]}
+            "lr": scheduler.get_last_lr()[0], "old_logprob_drift": drift}
 
 
 def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
@@ -222,6 +235,24 @@ def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
 # the loop
 
 
+def single_process(accelerator, stage: str) -> None:
+    """Refuse a launch the loop would get silently wrong.
+
+    Every process would sample the same prompts with the same seed (no data parallelism), the zero-advantage
+    skip gives processes different numbers of backward passes (a DDP hang), and DeepSpeed steps inside each
+    backward. Until rollouts are sharded by rank, the RL stages run in one process on one device.
+    """
+    from accelerate.utils import DistributedType
+
+    from parathink.stages.context import ConfigError
+
+    kind = accelerator.distributed_type
+    if accelerator.num_processes > 1 or kind in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        raise ConfigError(f"{stage}: RL stages run in one process on one device, got {accelerator.num_processes} "
+                          f"process(es) under {kind.value}; launch `parathink stage {stage}` without a multi-process, "
+                          "DeepSpeed or FSDP accelerate config (multi-GPU RL is not implemented)")
+
+
 def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model_cfg=None) -> dict[str, float]:
     """Run the configured GRPO-family stage from ``init_dir``; write ``model/`` and ``metrics.jsonl`` to out_dir."""
     from accelerate import Accelerator
@@ -230,6 +261,8 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     from parathink.modeling import load_model, save_model
     from parathink.rewards import get_reward
 
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
+    single_process(accelerator, stage)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     reward_fn = get_reward(cfg.reward, **cfg.reward_params)
@@ -238,7 +271,6 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     problems = setup_problems(cfg, tokenizer, ctx.seed, stage)  # before any rollout: budget errors first
     ref_model = load_model(init_dir, dtype=dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
 
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
     optimizer, scheduler = build_optimizer(model, cfg)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ref_model is not None:
