@@ -81,6 +81,17 @@ def test_bad_config_is_one_line_before_any_stage(curriculum, capsys, override, n
     assert curriculum.ran() == []
 
 
+def test_a_multi_process_launch_is_refused_before_any_stage(curriculum, capsys, monkeypatch):
+    """Under torchrun every process would publish the same outputs: one line, nothing written."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert runner.main_run(curriculum.overrides()) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("parathink: error: WORLD_SIZE=2: stages run in one process") and len(err.splitlines()) == 1
+    assert curriculum.ran() == [] and not (Path(curriculum.run_dir) / "prep").exists()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # a one-process launcher's environment is fine
+    assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
+
+
 def test_missing_stage_module_is_a_clear_error(curriculum, capsys, tmp_path):
     ovr = curriculum.overrides("+stage_modules.ghost=parathink.stages.ghost_stage_xyz", "+ghost.x=1",
                                stages=("prep", "ghost"))

@@ -103,6 +103,12 @@ def validate(cfg: DictConfig, names: list[str]) -> dict[str, ModuleType]:
     """Everything that can be checked before the first stage starts; returns the imported modules."""
     if not cfg.get("run_dir"):
         raise ConfigError("run_dir: must be a local path or an s3:// URI")
+    world = os.environ.get("WORLD_SIZE", "1").strip() or "1"
+    if world != "1":
+        # Every process would publish the outputs, manifests and MLflow runs: refuse rather than race.
+        raise ConfigError(f"WORLD_SIZE={world}: stages run in one process (the runner publishes from every process "
+                          "it runs in; multi-process launches are not implemented yet); launch without torchrun or "
+                          "a multi-process accelerate config")
     modules = {}
     for name in names:
         if name not in cfg or not isinstance(cfg[name], DictConfig):

@@ -13,16 +13,19 @@ Per step (Parallel-R1 §3.3; DeepSeekMath §4.1 for GRPO):
 Where this departs from the papers, and why:
 - No refill after DAPO's zero-variance drop: the step trains on fewer rollouts instead of sampling more (a
   bounded step time matters more on 2 cores than a constant batch).
-- The old log-probs are the engine's, not a second forward: the engine is tested to report what the training
-  forward recomputes (<= 1e-4 in fp32), so with one update per step the ratio is 1 and clipping is inactive, as
-  in a strictly on-policy run. Clipping acts from the second pass on (``updates_per_step`` > 1).
+- The old log-probs are the engine's by default, not a second forward: the engine is tested to report what the
+  training forward recomputes (<= 1e-4 in fp32), so with one update per step the ratio is 1 and clipping is
+  inactive, as in a strictly on-policy run. Clipping acts from the second pass on (``updates_per_step`` > 1).
+  In bf16 the two differ (~6e-3 nats per token on an H200): ``old_logprobs=recompute`` then pays one no-grad
+  forward so that the ratio starts at 1.
 - The reference model (KL) is loaded only when ``kl_coef`` > 0; Parallel-R1's public runs use no KL. Without
   it the logged ``kl`` is empty (NaN), not a made-up figure.
 - ``entropy`` is logged as -mean log pi(token) over the sampled tokens (unbiased at T=1, top_p=1), not from the
   full distribution: that cost as much as the rest of the update on the tiny model.
 
-accelerate sits underneath: on a GPU node DeepSpeed ZeRO or FSDP come from ``accelerate launch --config_file``;
-nothing here changes. (ZeRO-3 would need the engine to gather parameters before sampling: not done yet.)
+accelerate sits underneath (device placement, mixed precision, checkpoint state), in one process on one device:
+a multi-process, DeepSpeed or FSDP launch is refused (``single_process`` says why). Data-parallel RL needs
+rollouts sharded by rank, one gradient all-reduce per step and a global token normaliser: not done yet.
 """
 
 from __future__ import annotations
