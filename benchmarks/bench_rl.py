@@ -2,7 +2,8 @@
 
 Writes ``bench-results/rl.json`` with ``trl_s_per_step`` and ``parathink_s_per_step`` (median over the timed
 steps, after one untimed warm-up step each) and their ratio (target: ours <= 0.7 of TRL's), measured in this one
-run so machine noise hits both alike. Both sides: the same checkpoint, hard synthetic problems, P prompts x G
+run so machine noise hits both alike. Ours runs a second time with ``old_logprobs=recompute``
+(``recompute_s_per_step``, ``recompute_update_over_engine``): the price of the extra no-grad forward. Both sides: the same checkpoint, hard synthetic problems, P prompts x G
 rollouts, temperature 1.0, at most L new tokens, the accuracy reward, token-level loss, no KL, one update per
 step, AdamW at the same lr. TRL samples with transformers' ``generate``; we sample with ``parathink.engine``.
 
@@ -102,7 +103,7 @@ def time_trl(ckpt: Path, args, work: Path) -> dict:
             "wall_s": time.perf_counter() - t0}
 
 
-def time_ours(ckpt: Path, args, work: Path) -> dict:
+def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine") -> dict:
     from omegaconf import OmegaConf
 
     from parathink.modeling import load_tokenizer
@@ -117,8 +118,9 @@ def time_ours(ckpt: Path, args, work: Path) -> dict:
                    mode="causal", steps=args.steps + 1, prompts_per_step=args.prompts, group_size=args.group,
                    token_budget=longest + args.new_tokens, temperature=1.0, top_p=1.0, advantage="group_std",
                    policy_loss="clipped", loss_agg="token_mean", kl_coef=0.0, updates_per_step=1,
-                   micro_batch_size=args.prompts * args.group, lr=args.lr, checkpoint_every=10_000)
-    ctx = StageContext.standalone("bench_rl", work / "ours")
+                   micro_batch_size=args.prompts * args.group, lr=args.lr, checkpoint_every=10_000,
+                   old_logprobs=old_logprobs)
+    ctx = StageContext.standalone("bench_rl", work / f"ours_{old_logprobs}")
     train(cfg, ctx, ckpt, stage="bench", grammar="parallel_r1", model_cfg=OmegaConf.create({"dtype": "float32"}))
     rows = [json.loads(line) for line in (ctx.out_dir / "metrics.jsonl").read_text().splitlines()][1:]
     per_step = [r["rollout_s"] + r["update_s"] for r in rows]
@@ -147,6 +149,8 @@ def main() -> None:
         ckpt, origin = tiny_checkpoint(work / "ckpt")
         trl = time_trl(ckpt, args, work) if args.only != "ours" else None
         ours = time_ours(ckpt, args, work) if args.only != "trl" else None
+        # The price of old_logprobs=recompute (one no-grad training forward per step; what bf16 on a GPU needs).
+        recompute = time_ours(ckpt, args, work, "recompute") if args.only != "trl" else None
     result = {"model": origin, "prompts": args.prompts, "group_size": args.group, "max_new_tokens": args.new_tokens,
               "timed_steps": args.steps, "threads": torch.get_num_threads()}
     if trl:
@@ -154,7 +158,9 @@ def main() -> None:
     if ours:
         result.update(parathink_s_per_step=ours["s_per_step"], parathink_steps=ours["steps"],
                       parathink_mean_length=ours["mean_length"], parathink_rollout_s=ours["rollout_s"],
-                      parathink_update_s=ours["update_s"])
+                      parathink_update_s=ours["update_s"],
+                      recompute_s_per_step=recompute["s_per_step"], recompute_update_s=recompute["update_s"],
+                      recompute_update_over_engine=recompute["update_s"] / ours["update_s"])
     if trl and ours:
         result["ratio"] = ours["s_per_step"] / trl["s_per_step"]
         result["target_ratio"] = 0.7
