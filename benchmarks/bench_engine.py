@@ -50,7 +50,7 @@ def tiny_model():
     return Qwen3ForCausalLM(cfg).eval(), tok, "tiny config, fresh weights"
 
 
-def best(fns: dict, rounds: int) -> dict[str, float]:
+def best(fns: dict, rounds: int, sync=None) -> dict[str, float]:
     """Interleaved rounds; the best wall time (``k``) and the best process CPU time (``k_cpu``) of each function.
 
     torch runs on one thread here, so CPU time is the work itself, free of the preemption that other load on
@@ -61,17 +61,19 @@ def best(fns: dict, rounds: int) -> dict[str, float]:
         for k, fn in fns.items():
             t, c = time.perf_counter(), time.process_time()
             fn()
+            if sync is not None:
+                sync()  # a GPU's work is asynchronous: wait for it before reading the clock
             out[k] = min(out[k], time.perf_counter() - t)
             out[f"{k}_cpu"] = min(out[f"{k}_cpu"], time.process_time() - c)
     return out
 
 
-def one_stream(model, tok, n: int, rounds: int) -> dict:
+def one_stream(model, tok, n: int, rounds: int, sync=None) -> dict:
     prompt = tok.encode("Problem: Tom has 12 apples and buys 7 more. How many now?\nSolution:\n",
                         add_special_tokens=False)
     engine = Engine(model, tok, "parallel_r1", "causal")
     sampling = SamplingConfig(max_new_tokens=n, batch_size=1, logit_bias={tok.eos_token_id: NEG})
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=next(model.parameters()).device)
 
     def ours():
         s = engine.generate([prompt], sampling)[0]
@@ -84,14 +86,14 @@ def one_stream(model, tok, n: int, rounds: int) -> dict:
 
     with torch.no_grad():
         ours(), hf()  # warm-up
-        t = best({"engine": ours, "hf": hf}, rounds)
+        t = best({"engine": ours, "hf": hf}, rounds, sync)
     return {"engine_tok_s": n / t["engine"], "hf_generate_tok_s": n / t["hf"],
             "engine_over_hf": t["hf"] / t["engine"], "engine_over_hf_cpu_time": t["hf_cpu"] / t["engine_cpu"],
             "engine_tok_per_cpu_s": n / t["engine_cpu"], "hf_generate_tok_per_cpu_s": n / t["hf_cpu"],
             "one_stream_tokens": n}
 
 
-def fork_speedups(model, tok, ks: list[int], path_len: int, rounds: int) -> dict:
+def fork_speedups(model, tok, ks: list[int], path_len: int, rounds: int, sync=None) -> dict:
     from parathink.formats.tags import TAGS
 
     tags = [tok.convert_tokens_to_ids(t) for g in TAGS.values() for t in g]
@@ -117,7 +119,7 @@ def fork_speedups(model, tok, ks: list[int], path_len: int, rounds: int) -> dict
 
         with torch.no_grad():
             run_fork()
-            t = best({"seq": run_seq, "fork": run_fork}, rounds)
+            t = best({"seq": run_seq, "fork": run_fork}, rounds, sync)
         out[str(k)] = t["seq"] / t["fork"]
         out_cpu[str(k)] = t["seq_cpu"] / t["fork_cpu"]
         detail[str(k)] = {"sequential_s": t["seq"], "forked_s": t["fork"], "sequential_cpu_s": t["seq_cpu"],

@@ -48,16 +48,6 @@ QWEN3_4B = dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, 
 DEVICE = "cuda"  # --device cpu: a dry run of this script's logic on a machine without a GPU
 
 
-def synced(fn):
-    """Time CUDA work honestly: wait for the device before the host clock is read."""
-    def run():
-        out = fn()
-        if DEVICE == "cuda":
-            torch.cuda.synchronize()
-        return out
-    return run
-
-
 def environment() -> dict:
     import accelerate
     import transformers
@@ -105,14 +95,10 @@ def consistency(samples_per_prompt: int) -> dict:
 
 
 def engine_speed(model, tok, stream_tokens: int, ks: list[int], path_len: int, rounds: int) -> dict:
-    """bench_engine's one-stream and fork measurements with the device synchronised around each timing."""
-    best = bench_engine.best
-    bench_engine.best = lambda fns, r: best({k: synced(f) for k, f in fns.items()}, r)
-    try:
-        out = bench_engine.one_stream(model, tok, stream_tokens, rounds)
-        out.update(bench_engine.fork_speedups(model, tok, ks, path_len, rounds))
-    finally:
-        bench_engine.best = best
+    """bench_engine's one-stream and fork measurements, the device synchronised before each clock read."""
+    sync = torch.cuda.synchronize if DEVICE == "cuda" else None
+    out = bench_engine.one_stream(model, tok, stream_tokens, rounds, sync)
+    out.update(bench_engine.fork_speedups(model, tok, ks, path_len, rounds, sync))
     for k in [k for k in out if k.endswith("_cpu") or "cpu_time" in k or "per_cpu" in k]:
         out.pop(k)  # process CPU time means nothing for GPU work
     for d in out.get("fork_detail", {}).values():
