@@ -181,8 +181,7 @@ def test_recomputed_old_logprobs_start_the_ratio_at_one(ckpt, autocast, source):
     cfg = _cfg(old_logprobs=source, eps_low=1e-6, eps_high=1e-6, lr=1e-12, micro_batch_size=3)
     opt = torch.optim.SGD(model.parameters(), lr=1e-12)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-    out = update(Accelerator(cpu=True), model, None, Engine(model, tok, "parallel_r1", "structured", 2), opt, sched,
-                 batch, cfg)
+    out = update(Accelerator(cpu=True), model, None, engine, opt, sched, batch, cfg)
     if source == "engine":
         assert math.isnan(out["old_logprob_drift"])
         assert out["clip_frac"] > 0.05, out  # tokens whose ratio left 1 +- 1e-6 on the side that binds

@@ -119,9 +119,13 @@ def vs_start(cfg: DictConfig, out_dir: Path, stages: dict) -> dict:
     same problems and its standard error ({stage: {set: {start, delta, se, n_problems}}})."""
     from parathink.evaluation.metrics import paired_difference
 
+    read: dict[tuple[str, str], dict[str, float]] = {}  # a start (base, rl_easy) serves several stages
+
     def per_problem(stage: str, set_name: str) -> dict[str, float]:
-        lines = (out_dir / stage / f"{set_name}.jsonl").read_text(encoding="utf-8").splitlines()
-        return {str(p["id"]): float(p["accuracy"]) for p in map(json.loads, lines)}
+        if (stage, set_name) not in read:
+            lines = (out_dir / stage / f"{set_name}.jsonl").read_text(encoding="utf-8").splitlines()
+            read[stage, set_name] = {str(p["id"]): float(p["accuracy"]) for p in map(json.loads, lines)}
+        return read[stage, set_name]
 
     out: dict = {}
     for stage, sets in stages.items():

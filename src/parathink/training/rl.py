@@ -169,13 +169,20 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     mask = _pad([torch.as_tensor(r.sample.loss_mask, dtype=torch.float32) for r in rollouts]).to(device)  # [B, T]
     adv = torch.tensor([r.advantage for r in rollouts], dtype=torch.float32, device=device)  # [B]
     normaliser = NORMALISERS[cfg.loss_agg](mask)
+
+    def micro_batches(index: list[int]):
+        """(positions as a tensor, their samples) for each micro-batch of the rollouts at ``index``."""
+        for i in range(0, len(index), cfg.micro_batch_size):
+            part = index[i:i + cfg.micro_batch_size]
+            yield torch.tensor(part, device=device), [rollouts[k].sample for k in part]
+
     ref = None
     if ref_model is not None:
         ref = torch.zeros_like(old)  # [B, T]
         with torch.no_grad():
-            for i in range(0, len(rollouts), cfg.micro_batch_size):
-                part = policy_logprobs(engine, ref_model, [r.sample for r in rollouts[i:i + cfg.micro_batch_size]])
-                ref[i:i + part.shape[0], :part.shape[1]] = part
+            for part, samples in micro_batches(list(range(len(rollouts)))):
+                logp = policy_logprobs(engine, ref_model, samples)  # [b, t]
+                ref[part, :logp.shape[1]] = logp
     # A rollout with zero advantage (its whole group scored the same: 50-75% of hard groups on the tiny model)
     # has zero policy loss and zero gradient under every policy loss here. Without a KL term it is left out of
     # the forward/backward; the normaliser above still counts its tokens, so the gradient is the full batch's.
@@ -190,17 +197,15 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
         # engine's log-probs is logged (the training-inference mismatch).
         engine_old = old.clone()
         with torch.no_grad():
-            for i in range(0, len(active), cfg.micro_batch_size):
-                part = torch.tensor(active[i:i + cfg.micro_batch_size], device=device)
-                logp = policy_logprobs(engine, model, [rollouts[k].sample for k in part.tolist()])  # [b, t]
+            for part, samples in micro_batches(active):
+                logp = policy_logprobs(engine, model, samples)  # [b, t]
                 old[part, :logp.shape[1]] = logp.float()
         kept = mask[active]
         drift = float(((old - engine_old)[active].abs() * kept).sum() / kept.sum().clamp(min=1.0))
     model.train()
     for _ in range(cfg.updates_per_step):
-        for i in range(0, len(active), cfg.micro_batch_size):
-            part = torch.tensor(active[i:i + cfg.micro_batch_size], device=device)
-            logp = policy_logprobs(engine, model, [rollouts[k].sample for k in part.tolist()])  # [b, t]
+        for part, samples in micro_batches(active):
+            logp = policy_logprobs(engine, model, samples)  # [b, t]
             t = logp.shape[1]
             loss, stats = grpo_loss(spec, logp, old[part, :t], adv[part], mask[part, :t], normaliser,
                                     None if ref is None else ref[part, :t])
