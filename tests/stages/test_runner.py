@@ -81,15 +81,47 @@ def test_bad_config_is_one_line_before_any_stage(curriculum, capsys, override, n
     assert curriculum.ran() == []
 
 
-def test_a_multi_process_launch_is_refused_before_any_stage(curriculum, capsys, monkeypatch):
-    """Under torchrun every process would publish the same outputs: one line, nothing written."""
-    monkeypatch.setenv("WORLD_SIZE", "2")
+def test_a_torchrun_launch_runs_data_parallel_stages_on_every_process_and_the_rest_on_rank_0(tmp_path):
+    """Two real processes: `solo` and `last` run on rank 0 while the other waits, `par` (DATA_PARALLEL) runs on
+    both and sums their ranks over the launch's process group; rank 0 alone publishes; a relaunch skips all."""
+    import os
+    import subprocess
+    import sys
+
+    here = Path(__file__).parent
+    run, calls = tmp_path / "run", tmp_path / "calls.jsonl"
+    args = [f"run_dir={run}", "tracking=none", "stages=[solo,par,last]",
+            f"+stage_modules.solo={here / 'rank_stage.py'}", f"+stage_modules.par={here / 'rank_stage_parallel.py'}",
+            f"+stage_modules.last={here / 'rank_stage.py'}", f"+solo.calls={calls}", f"+par.calls={calls}",
+            f"+last.calls={calls}", "+par.input=solo", "+par.collective=true", "+last.input=par"]
+
+    def launch(port: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                               str(port), "-m", "parathink.stages.runner", "run", *args], capture_output=True,
+                              text=True, timeout=300, env=dict(os.environ, CI="true", OMP_NUM_THREADS="1"))
+
+    proc = launch(29541)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert sorted((c["stage"], c["rank"]) for c in ran) == [("last", 0), ("par", 0), ("par", 1), ("solo", 0)]
+    assert [(run / s / "value.txt").read_text() for s in ("solo", "par", "last")] == ["10", "23", "33"]
+    assert manifest(run, "par")["metrics"] == {"rank": 0.0}  # rank 0's manifest, written once
+    assert set(json.loads((run / "run.json").read_text())["stages"]) == {"solo", "par", "last"}
+    assert proc.stderr.count("par: running on 2 processes") == 1 and "solo: running (" in proc.stderr
+    assert not list((run / ".tmp").iterdir()) and not list((run / ".work").iterdir())
+
+    proc = launch(29542)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(calls.read_text().splitlines()) == 4  # nothing ran again, on either process
+    assert proc.stderr.count("skipped (up to date)") == 3  # said once, by rank 0
+
+
+def test_a_bad_world_size_is_one_line(curriculum, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "two")
     assert runner.main_run(curriculum.overrides()) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("parathink: error: WORLD_SIZE=2: stages run in one process") and len(err.splitlines()) == 1
-    assert curriculum.ran() == [] and not (Path(curriculum.run_dir) / "prep").exists()
-    monkeypatch.setenv("WORLD_SIZE", "1")  # a one-process launcher's environment is fine
-    assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
+    assert err == "parathink: error: WORLD_SIZE='two' is not an integer", err
+    assert curriculum.ran() == []
 
 
 def test_missing_stage_module_is_a_clear_error(curriculum, capsys, tmp_path):

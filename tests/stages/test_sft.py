@@ -177,3 +177,26 @@ print("METRICS", json.dumps(m))
     metrics = json.loads(proc.stdout.split("METRICS", 1)[1])
     assert metrics["steps"] == 2
     assert (run_root / "sft_ds" / "model" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_sft_under_torchrun_trains_on_two_processes_and_publishes_once(run_root, tmp_path):
+    """`parathink stage sft` on two processes (the Trainer's DDP, gloo on CPU): the global batch of 8 is 4 per
+    process with no accumulation, the time budget stops both processes at the same step, one manifest."""
+    import shutil
+
+    run = tmp_path / "run"
+    for stage in ("base", "filter"):
+        shutil.copytree(run_root / stage, run / stage)
+    env = dict(os.environ, CI="true", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+         "-m", "parathink.stages.runner", "stage", "sft", f"run_dir={run}", "tracking=none", "sft.global_batch=8",
+         "sft.micro_batch=4", "sft.max_steps=4", "sft.save_steps=2", "sft.max_minutes=0.0001"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sft: running on 2 processes" in proc.stderr
+    manifest = json.loads((run / "sft" / "_manifest.json").read_text())
+    assert manifest["metrics"]["steps"] == 1  # the budget ran out after the first step, on both processes
+    assert (run / "sft" / "model" / "model.safetensors").exists()
+    assert not (run / ".work" / "sft").exists() and not list((run / ".tmp").glob("sft*"))

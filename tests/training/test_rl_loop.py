@@ -193,21 +193,23 @@ def test_recomputed_old_logprobs_start_the_ratio_at_one(ckpt, autocast, source):
             assert out["old_logprob_drift"] < 1e-5, out  # fp32: the engine already matches the training forward
 
 
-def test_a_multi_process_launch_is_refused(tmp_path):
-    """Two real processes (torchrun, gloo on CPU): the RL loop would sample the same prompts in both, so it
-    stops with one line naming the stage instead of training twice over the same data."""
+def test_a_step_that_does_not_split_evenly_over_the_processes_is_refused(tmp_path):
+    """Two real processes (torchrun, gloo on CPU) and 3 problems per step: one line naming the key, before any
+    rollout (each process samples an equal share of the step's problems)."""
     import subprocess
     import sys
 
     script = tmp_path / "launch.py"
     script.write_text(
+        "from parathink import distributed\n"
+        "distributed.group()\n"
         "from accelerate import Accelerator\n"
-        "from parathink.training.rl import single_process\n"
-        "single_process(Accelerator(cpu=True), 'rl_hard')\n")
+        "from parathink.training.rl import RLConfig, check_launch\n"
+        "check_launch(Accelerator(cpu=True), RLConfig(init_from='-', prompts_per_step=3), 'rl_hard')\n")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            "--master_port", "29517", str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    assert "rl_hard: RL stages run in one process on one device, got 2 process(es) under MULTI_CPU" in proc.stderr
+    assert "rl_hard.prompts_per_step=3: must be a multiple of the 2 processes" in proc.stderr
 
 
 def test_update_skips_flat_groups_without_changing_the_gradient(ckpt):

@@ -7,6 +7,7 @@ Settings: hydra_conf/stage/grpo_baseline.yaml. The loop is parathink.training.rl
 from __future__ import annotations
 
 STAGE = "grpo_baseline"
+DATA_PARALLEL = True  # under torchrun every process samples and trains its share (parathink.training.rl)
 
 
 def validate(cfg) -> None:

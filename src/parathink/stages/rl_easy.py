@@ -7,6 +7,7 @@ Settings: hydra_conf/stage/rl_easy.yaml. The loop is parathink.training.rl (shar
 from __future__ import annotations
 
 STAGE = "rl_easy"
+DATA_PARALLEL = True  # under torchrun every process samples and trains its share (parathink.training.rl)
 
 
 def validate(cfg) -> None:

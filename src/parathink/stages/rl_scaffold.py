@@ -7,6 +7,7 @@ Settings: hydra_conf/stage/rl_scaffold.yaml. The loop is parathink.training.rl (
 from __future__ import annotations
 
 STAGE = "rl_scaffold"
+DATA_PARALLEL = True  # under torchrun every process samples and trains its share (parathink.training.rl)
 
 
 def validate(cfg) -> None:

@@ -28,7 +28,7 @@ from parathink.stages.manifest import MANIFEST, Manifest
 
 
 class RunDir:
-    def __init__(self, root: str, cache_dir: str | Path | None = None):
+    def __init__(self, root: str, cache_dir: str | Path | None = None, process_rank: int = 0):
         self.root = root.rstrip("/") if storage.is_s3(root) else str(Path(root).resolve())
         if storage.is_s3(root):
             tag = hashlib.sha256(self.root.encode()).hexdigest()[:12]
@@ -37,6 +37,9 @@ class RunDir:
         else:
             self.local = Path(self.root)
         self.local.mkdir(parents=True, exist_ok=True)
+        # The processes of one multi-process launch download an S3 input each into its own folder: no two
+        # ever write or replace the same files.
+        self.inputs = self.local / ("inputs" if process_rank == 0 else f"inputs.rank{process_rank}")
 
     @property
     def remote(self) -> bool:
@@ -82,7 +85,7 @@ class RunDir:
         """Local folder with ``stage``'s published outputs (downloaded once when the run dir is on S3)."""
         if not self.remote:
             return Path(self.stage_uri(stage))
-        dest = self.local / "inputs" / stage
+        dest = self.inputs / stage
         m = self.manifest(stage)
         if m is None:
             return dest / "__absent__"

@@ -11,6 +11,8 @@ Per stage (DESIGN.md, "The curriculum"):
 3. otherwise ``run(cfg, ctx)`` writes into a fresh temp folder; ``ctx.work_dir`` survives a kill (the stage
    keeps checkpoints there) unless the config hash changed; on return the runner hashes the outputs, writes
    the manifest and publishes atomically, then clears ``work_dir``.
+Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does 2 and 3's bookkeeping; stages
+marked ``DATA_PARALLEL`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
 Stage modules are imported lazily by name (``parathink.stages.<name>``, or the config's ``stage_modules``
 mapping: a dotted module or a ``.py`` file), so a missing stage is a one-line config error.
 """
@@ -30,6 +32,7 @@ from types import ModuleType
 
 from omegaconf import DictConfig, OmegaConf
 
+from parathink import distributed
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
 from parathink.stages.manifest import DEFAULT_SHARED_KEYS, Manifest, config_hash, stage_config
 from parathink.stages.rundir import RunDir
@@ -103,12 +106,10 @@ def validate(cfg: DictConfig, names: list[str]) -> dict[str, ModuleType]:
     """Everything that can be checked before the first stage starts; returns the imported modules."""
     if not cfg.get("run_dir"):
         raise ConfigError("run_dir: must be a local path or an s3:// URI")
-    world = os.environ.get("WORLD_SIZE", "1").strip() or "1"
-    if world != "1":
-        # Every process would publish the outputs, manifests and MLflow runs: refuse rather than race.
-        raise ConfigError(f"WORLD_SIZE={world}: stages run in one process (the runner publishes from every process "
-                          "it runs in; multi-process launches are not implemented yet); launch without torchrun or "
-                          "a multi-process accelerate config")
+    try:
+        distributed.world_size()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     modules = {}
     for name in names:
         if name not in cfg or not isinstance(cfg[name], DictConfig):
@@ -181,18 +182,36 @@ def _default_threads() -> int:
     return int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
 
 
-def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tracking) -> dict:
-    """Run (or skip) one stage; returns its manifest as a dict."""
+def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tracking,
+              procs: distributed.Group | None = None) -> dict:
+    """Run (or skip) one stage; returns its manifest as a dict.
+
+    Under a multi-process launch (``procs.size`` > 1) rank 0 decides, tracks and publishes; a stage whose module
+    says ``DATA_PARALLEL = True`` runs on every process (each writes its outputs only on rank 0), any other
+    runs on rank 0 while the rest wait.
+    """
+    procs = procs or distributed.Group()
     section = stage_config(cfg, name, _shared_keys(module))
     chash = config_hash(section)
     forced = name in list(cfg.get("force", []))
-    skip, why = is_up_to_date(rundir, name, chash)
+    skip, why = procs.broadcast(is_up_to_date(rundir, name, chash) if procs.is_main else None)
     if skip and not forced:
-        log(f"{name}: skipped ({why})")
+        if procs.is_main:
+            log(f"{name}: skipped ({why})")
         return {"stage": name, "status": "skipped", **json.loads(rundir.manifest(name).to_json())}
+    on_every_rank = bool(getattr(module, "DATA_PARALLEL", False))
+    if not procs.is_main:
+        procs.barrier()  # rank 0 prepares the scratch (it may discard a stale one)
+        if on_every_rank:
+            _run_on_other_rank(cfg, name, module, rundir)
+        procs.barrier()  # rank 0 publishes
+        return {"stage": name, "status": "ran"}
     work, attempt = _prepare_work_dir(rundir, name, chash)
+    procs.barrier()
     resumed = attempt["attempts"] > 1
-    log(f"{name}: running ({why}{'; forced' if forced else ''}{'; resuming from its work dir' if resumed else ''})")
+    where = f" on {procs.size} processes" if procs.size > 1 and on_every_rank else ""
+    log(f"{name}: running{where} ({why}{'; forced' if forced else ''}"
+        f"{'; resuming from its work dir' if resumed else ''})")
 
     inputs: dict[str, str | None] = {}
 
@@ -208,16 +227,11 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
     tmp = rundir.fresh_tmp(name)
     ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
                        resolve_input=resolve)
-    threads = _torch_threads()
     try:
-        metrics = module.run(cfg, ctx) or {}
+        metrics = _call(module, cfg, ctx)
     except BaseException:
         tracking.stage_failed(name, tracker)
         raise
-    finally:
-        # A stage may pin torch's threads (the teacher runs on 1); `parathink run` executes every stage in one
-        # process, so without this the next stage silently inherits it (measured: sft 1.6x slower in a demo).
-        _torch_threads(threads if threads is not None else _default_threads())
     manifest.inputs = dict(inputs)
     manifest.finish(tmp, metrics)
     published = rundir.publish(name, tmp, manifest)
@@ -225,8 +239,33 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
     if published == tmp:
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)  # finished: the scratch (checkpoints) is no longer needed
+    procs.barrier()
     log(f"{name}: done in {manifest.duration_s:.1f} s, output {manifest.output_hash}")
     return {"status": "ran", **json.loads(manifest.to_json())}
+
+
+def _call(module: ModuleType, cfg: DictConfig, ctx: StageContext) -> dict:
+    threads = _torch_threads()
+    try:
+        return module.run(cfg, ctx) or {}
+    finally:
+        # A stage may pin torch's threads (the teacher runs on 1); `parathink run` executes every stage in one
+        # process, so without this the next stage silently inherits it (measured: sft 1.6x slower in a demo).
+        _torch_threads(threads if threads is not None else _default_threads())
+
+
+def _run_on_other_rank(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir) -> None:
+    """A data-parallel stage on a rank other than 0: the same scratch (checkpoints are loaded by every rank),
+    its own throw-away output folder, no tracking, no manifest."""
+    tmp = rundir.local / ".tmp" / f"{name}.rank{distributed.rank()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    ctx = StageContext(name=name, out_dir=tmp, work_dir=rundir.work_dir(name), seed=int(cfg.seed),
+                       resolve_input=rundir.resolve_input, progress=False)
+    try:
+        _call(module, cfg, ctx)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- a run
@@ -247,7 +286,10 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     quiet_progress_under_ci()
     modules = validate(cfg, names)
     names = [n for n in names if cfg[n].get("enabled", True)]
-    rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
+    procs = distributed.group()  # one process: the identity; under torchrun: joins the processes here
+    rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"), process_rank=procs.rank)
+    if not procs.is_main:  # rank 0 alone writes run.json and tracks
+        return {name: run_stage(cfg, name, modules[name], rundir, CurriculumTracking(cfg), procs) for name in names}
     meta = rundir.read_run()
     meta.setdefault("experiment", str(cfg.experiment_name))
     meta.setdefault("created", time.time())
@@ -257,7 +299,7 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     status = "FAILED"
     try:
         for name in names:
-            records[name] = run_stage(cfg, name, modules[name], rundir, tracking)
+            records[name] = run_stage(cfg, name, modules[name], rundir, tracking, procs)
             meta.setdefault("stages", {})[name] = {
                 k: records[name].get(k) for k in ("status", "output_hash", "duration_s", "mlflow_run_id")}
             rundir.write_run(meta)
@@ -332,7 +374,7 @@ def main_demo(argv: list[str]) -> int:
         execute(cfg, [str(s) for s in cfg.stages])
         state["cfg"], state["minutes"] = cfg, (time.time() - started) / 60
     code = _guard(go)
-    if code != EXIT_OK:
+    if code != EXIT_OK or distributed.rank() != 0:  # one process prints the table
         return code
     cfg = state["cfg"]
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))

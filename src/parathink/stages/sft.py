@@ -14,6 +14,10 @@ from pathlib import Path
 
 from parathink.stages.context import ConfigError, StageContext
 
+# Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
+# and sft.fsdp); the model is written by the main process.
+DATA_PARALLEL = True
+
 
 def validate(cfg) -> None:
     from parathink.training.sft import COLLATORS, OVERLONG

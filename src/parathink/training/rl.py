@@ -23,13 +23,19 @@ Where this departs from the papers, and why:
 - ``entropy`` is logged as -mean log pi(token) over the sampled tokens (unbiased at T=1, top_p=1), not from the
   full distribution: that cost as much as the rest of the update on the tiny model.
 
-accelerate sits underneath (device placement, mixed precision, checkpoint state), in one process on one device:
-a multi-process, DeepSpeed or FSDP launch is refused (``single_process`` says why). Data-parallel RL needs
-rollouts sharded by rank, one gradient all-reduce per step and a global token normaliser: not done yet.
+accelerate sits underneath (device placement, mixed precision, checkpoint state, DDP). Under a multi-process
+launch (torchrun or ``accelerate launch`` with a multi-GPU config) the loop is data-parallel: each process samples
+its share of the step's problems with its own sampling stream, the scores of every process are gathered so that
+advantages, drops and metrics are those of the whole step, the loss is normalised by the whole step's token count,
+and every process runs the same number of synchronised backward passes (a process with nothing to train runs one
+on a zero-weight rollout), so DDP's gradient all-reduce yields the gradient of the whole step. DeepSpeed and FSDP
+are refused (``check_launch`` says why).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -39,7 +45,7 @@ from typing import Any
 
 import torch
 
-from parathink import storage
+from parathink import distributed, storage
 from parathink.training import rl_checkpoint
 from parathink.training.losses import NORMALISERS, grpo_loss
 from parathink.training.rl_config import RLConfig
@@ -98,17 +104,19 @@ def step_seed(seed: int, step: int) -> int:
 
 @torch.no_grad()
 def sample_step(engine, problems: list[Problem], cfg: RLConfig, reward_fn, grammar: str, step: int,
-                seed: int) -> list[Rollout]:
+                seed: int, stream: int = 0) -> list[Rollout]:
     """Sample ``group_size`` rollouts for each of ``problems`` in one batched engine call; grade and reward them.
 
     The response budget is what ``token_budget`` leaves after the step's longest prompt, the same for every row
-    of the call. The sampling seed is a function of (seed, step): a resumed run samples what the first would have.
+    of the call. The sampling seed is a function of (seed, step, stream): a resumed run samples what the first
+    would have, and each process of a data-parallel launch (``stream`` = its rank) draws its own numbers.
     """
     from parathink.engine import SamplingConfig
 
     longest = max(len(p.prompt_ids) for p in problems)
     sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.token_budget - longest,
-                              seed=step_seed(seed, step), batch_size=cfg.rollout_batch_size,
+                              seed=(step_seed(seed, step) + 7_368_787 * stream) % (2**31 - 1),
+                              batch_size=cfg.rollout_batch_size,
                               repetition_penalty_in_paths=cfg.repetition_penalty_in_paths)
     samples = engine.generate([p.prompt_ids for p in problems], sampling, num_samples=cfg.group_size)
     return [score(s.prompt_index, s, s.text, problems[s.prompt_index].answer, grammar, reward_fn, step)
@@ -122,12 +130,16 @@ def probe_problems(problems: list[Problem], n: int, seed: int) -> list[Problem]:
     return [problems[i] for i in sorted(random.Random(f"probe:{seed}").sample(range(len(problems)), min(n, len(problems))))]
 
 
-def run_probe(engine, problems: list[Problem], cfg: RLConfig, grammar: str, seed: int) -> list[dict]:
+def run_probe(engine, problems: list[Problem], cfg: RLConfig, grammar: str, seed: int,
+              procs: distributed.Group | None = None) -> list[dict]:
     """Sample the probe with the current policy: one fixed sampling seed, so the start and the final policy are
     compared on the same problems and the same random draws (a paired comparison). Keeps text and verdict only:
-    rewards are computed at the end, all at one step of the schedule."""
-    rollouts = sample_step(engine, problems, cfg, lambda trace, correct, step: 0.0, grammar, 0, seed)
-    return [{"text": r.text, "correct": r.correct} for r in rollouts]
+    rewards are computed at the end, all at one step of the schedule. Each process samples its share; every
+    process gets all of it."""
+    procs = procs or distributed.Group()
+    rollouts = sample_step(engine, problems[procs.rank::procs.size], cfg, lambda trace, correct, step: 0.0, grammar,
+                           0, seed, stream=procs.rank)
+    return [row for part in procs.gather([{"text": r.text, "correct": r.correct} for r in rollouts]) for row in part]
 
 
 def probe_summary(start: list[dict], end: list[dict], reward_fn, grammar: str, step: int) -> dict[str, float]:
@@ -152,11 +164,15 @@ def policy_logprobs(engine, model, samples: list[Any]) -> torch.Tensor:
 
 
 def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: StepBatch,
-           cfg: RLConfig) -> dict[str, float]:
+           cfg: RLConfig, procs: distributed.Group | None = None) -> dict[str, float]:
     """``updates_per_step`` optimiser steps on the step's kept rollouts; returns loss statistics.
 
-    Raises FloatingPointError (after zeroing the gradients) when the loss or the gradient is not finite.
+    ``batch.rollouts`` are this process's kept rollouts; under a data-parallel launch (``procs``) the normaliser
+    and the statistics are the whole step's, and the gradient DDP averages is the whole step's gradient.
+    Raises FloatingPointError (after zeroing the gradients, on every process) when a loss or the gradient is not
+    finite.
     """
+    procs = procs or distributed.Group()
     # Micro-batches of similar length: each is padded to its longest row, so sorting by length cuts the padded
     # work (1.4x faster on the tiny hard stages). The loss is a sum over rollouts with a global normaliser, so
     # the order changes nothing but float summation order.
@@ -168,19 +184,20 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     old = _pad([torch.as_tensor(r.sample.logprobs, dtype=torch.float32) for r in rollouts]).to(device)  # [B, T]
     mask = _pad([torch.as_tensor(r.sample.loss_mask, dtype=torch.float32) for r in rollouts]).to(device)  # [B, T]
     adv = torch.tensor([r.advantage for r in rollouts], dtype=torch.float32, device=device)  # [B]
-    normaliser = NORMALISERS[cfg.loss_agg](mask)
+    kept_tokens = procs.sum(float(mask.sum()))
+    normaliser = max(1.0, procs.sum(NORMALISERS[cfg.loss_agg](mask) if rollouts else 0.0))
 
     def micro_batches(index: list[int]):
-        """(positions as a tensor, their samples) for each micro-batch of the rollouts at ``index``."""
+        """(positions as a tensor, their samples, whether it is the pass's last) for each micro-batch."""
         for i in range(0, len(index), cfg.micro_batch_size):
             part = index[i:i + cfg.micro_batch_size]
-            yield torch.tensor(part, device=device), [rollouts[k].sample for k in part]
+            yield torch.tensor(part, device=device), [rollouts[k].sample for k in part], i + cfg.micro_batch_size >= len(index)
 
     ref = None
     if ref_model is not None:
         ref = torch.zeros_like(old)  # [B, T]
         with torch.no_grad():
-            for part, samples in micro_batches(list(range(len(rollouts)))):
+            for part, samples, _ in micro_batches(list(range(len(rollouts)))):
                 logp = policy_logprobs(engine, ref_model, samples)  # [b, t]
                 ref[part, :logp.shape[1]] = logp
     # A rollout with zero advantage (its whole group scored the same: 50-75% of hard groups on the tiny model)
@@ -189,33 +206,46 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     active = [k for k, r in enumerate(rollouts) if r.advantage != 0.0 or ref is not None]
     # Entropy as the Monte-Carlo estimate -E[log pi(token)] over the sampled tokens (exact in expectation when
     # sampling at T=1, top_p=1): computing it from the logits under autograd doubled the update's time.
-    entropy = float(-(old * mask).sum() / mask.sum().clamp(min=1.0))
+    entropy = procs.sum(float(-(old * mask).sum())) / max(1.0, kept_tokens)
     drift = float("nan")
-    if cfg.old_logprobs == "recompute" and active:
+    if cfg.old_logprobs == "recompute" and procs.any(bool(active)):
         # The ratio's denominator from the training forward itself, on the very micro-batches the update runs, so
         # that the first pass starts at ratio 1 whatever precision the engine sampled in; the mean gap to the
         # engine's log-probs is logged (the training-inference mismatch).
         engine_old = old.clone()
         with torch.no_grad():
-            for part, samples in micro_batches(active):
+            for part, samples, _ in micro_batches(active):
                 logp = policy_logprobs(engine, model, samples)  # [b, t]
                 old[part, :logp.shape[1]] = logp.float()
         kept = mask[active]
-        drift = float(((old - engine_old)[active].abs() * kept).sum() / kept.sum().clamp(min=1.0))
+        gap = float(((old - engine_old)[active].abs() * kept).sum()) if active else 0.0
+        drift = procs.sum(gap) / max(1.0, procs.sum(float(kept.sum())))
+    if procs.size > 1 and not active:
+        # DDP all-reduces inside the backward: every process must run one, so a process with nothing to train
+        # runs a rollout it sampled with its loss mask zeroed (zero loss, zero gradient, the same collectives).
+        rollouts = [dataclasses.replace(batch.all_rollouts[0], advantage=0.0)]
+        old = _pad([torch.as_tensor(rollouts[0].sample.logprobs, dtype=torch.float32)]).to(device)  # [1, T]
+        mask, adv, active = torch.zeros_like(old), torch.zeros(1, device=device), [0]
+        ref = None if ref is None else torch.zeros_like(old)
     model.train()
     for _ in range(cfg.updates_per_step):
-        for part, samples in micro_batches(active):
-            logp = policy_logprobs(engine, model, samples)  # [b, t]
-            t = logp.shape[1]
-            loss, stats = grpo_loss(spec, logp, old[part, :t], adv[part], mask[part, :t], normaliser,
-                                    None if ref is None else ref[part, :t])
-            if not torch.isfinite(loss):
-                optimizer.zero_grad(set_to_none=True)
-                raise FloatingPointError(f"loss is {loss.item()}")
-            accelerator.backward(loss)
+        bad = False
+        for part, samples, last in micro_batches(active):
+            # Under DDP the pass's last backward alone all-reduces (no_sync must cover the forward too).
+            with contextlib.nullcontext() if last else accelerator.no_sync(model):
+                logp = policy_logprobs(engine, model, samples)  # [b, t]
+                t = logp.shape[1]
+                loss, stats = grpo_loss(spec, logp, old[part, :t], adv[part], mask[part, :t], normaliser,
+                                        None if ref is None else ref[part, :t])
+                bad = bad or not bool(torch.isfinite(loss))
+                # DDP averages the processes' gradients; each loss is a share of the step's sum: scale it back.
+                accelerator.backward(loss * procs.size)
             totals["loss"] += loss.item()
             totals["clipped"] += stats["clipped"].item()
             totals["kl"] += stats.get("kl", torch.zeros(())).item()
+        if procs.any(bad):  # every process stops here together, whichever one saw it
+            optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError("loss is not finite")
         for p in model.parameters():  # a step with no active rollout: a zero gradient, so Adam moves as usual
             if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -229,10 +259,10 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
         optimizer.zero_grad(set_to_none=True)
     model.eval()
     n = cfg.updates_per_step
-    tok = max(1.0, n * float(mask.sum()))  # every pass counts every kept token, the inactive ones too
-    return {"loss": totals["loss"] / n, "clip_frac": totals["clipped"] / tok, "entropy": entropy,
-            "kl": totals["kl"] / tok if ref is not None else float("nan"), "grad_norm": totals["grad_norm"] / n,
-            "lr": scheduler.get_last_lr()[0], "old_logprob_drift": drift}
+    tok = max(1.0, n * kept_tokens)  # every pass counts every kept token, the inactive ones too
+    return {"loss": procs.sum(totals["loss"]) / n, "clip_frac": procs.sum(totals["clipped"]) / tok, "entropy": entropy,
+            "kl": procs.sum(totals["kl"]) / tok if ref_model is not None else float("nan"),
+            "grad_norm": totals["grad_norm"] / n, "lr": scheduler.get_last_lr()[0], "old_logprob_drift": drift}
 
 
 def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
@@ -243,34 +273,39 @@ def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
 # the loop
 
 
-def single_process(accelerator, stage: str) -> None:
-    """Refuse a launch the loop would get silently wrong.
+def check_launch(accelerator, cfg: RLConfig, stage: str) -> None:
+    """Refuse a launch the loop would get wrong, before any rollout.
 
-    Every process would sample the same prompts with the same seed (no data parallelism), the zero-advantage
-    skip gives processes different numbers of backward passes (a DDP hang), and DeepSpeed steps inside each
-    backward. Until rollouts are sharded by rank, the RL stages run in one process on one device.
+    DeepSpeed steps the optimiser inside the backward at a fixed gradient-accumulation count, while an RL step has
+    as many micro-batches as it kept rollouts; FSDP (and ZeRO-3) shard the parameters the engine samples with.
+    Plain data parallelism (DDP) is what the loop implements; the step's problems are split evenly over processes.
     """
     from accelerate.utils import DistributedType
 
     from parathink.stages.context import ConfigError
 
     kind = accelerator.distributed_type
-    if accelerator.num_processes > 1 or kind in (DistributedType.DEEPSPEED, DistributedType.FSDP):
-        raise ConfigError(f"{stage}: RL stages run in one process on one device, got {accelerator.num_processes} "
-                          f"process(es) under {kind.value}; launch `parathink stage {stage}` without a multi-process, "
-                          "DeepSpeed or FSDP accelerate config (multi-GPU RL is not implemented)")
+    if kind in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        raise ConfigError(f"{stage}: RL stages run data-parallel (DDP) only, got {kind.value}; launch "
+                          f"`parathink stage {stage}` with a plain multi-GPU accelerate config or torchrun "
+                          "(DeepSpeed/FSDP are for sft)")
+    if cfg.prompts_per_step % accelerator.num_processes:
+        raise ConfigError(f"{stage}.prompts_per_step={cfg.prompts_per_step}: must be a multiple of the "
+                          f"{accelerator.num_processes} processes, each samples an equal share of the step's problems")
 
 
 def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model_cfg=None) -> dict[str, float]:
-    """Run the configured GRPO-family stage from ``init_dir``; write ``model/`` and ``metrics.jsonl`` to out_dir."""
+    """Run the configured GRPO-family stage from ``init_dir``; write ``model/`` and ``metrics.jsonl`` to out_dir
+    (on rank 0 of a data-parallel launch; the other processes return an empty summary)."""
     from accelerate import Accelerator
 
     from parathink.engine import Engine
     from parathink.modeling import load_model, save_model
     from parathink.rewards import get_reward
 
+    procs = distributed.group()  # before accelerate: it reuses the process group this joins
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
-    single_process(accelerator, stage)
+    check_launch(accelerator, cfg, stage)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     reward_fn = get_reward(cfg.reward, **cfg.reward_params)
@@ -292,8 +327,9 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     if ckpt is not None:
         state = rl_checkpoint.load(accelerator, ckpt)
         start, nan_run = int(state["step"]), int(state.get("nan_run", 0))
-        _truncate_metrics(metrics_path, start)
-    elif metrics_path.exists():
+        if procs.is_main:
+            _truncate_metrics(metrics_path, start)
+    elif metrics_path.exists() and procs.is_main:
         metrics_path.unlink()
     ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k != "extra"})
 
@@ -303,53 +339,68 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         # The start policy's probe, kept in the work dir: a resumed run no longer has the start policy in memory.
         probe = probe_problems(problems, cfg.probe_prompts, ctx.seed)
         probe_path = Path(ctx.work_dir) / "probe_start.json"
-        if probe_path.exists() and ckpt is not None:
-            probe_start = json.loads(probe_path.read_text(encoding="utf-8"))
+        if procs.broadcast(probe_path.exists() and ckpt is not None):
+            probe_start = json.loads(probe_path.read_text(encoding="utf-8")) if procs.is_main else []
         else:
-            probe_start = run_probe(engine, probe, cfg, grammar, ctx.seed)
-            storage.write_text(probe_path, json.dumps(probe_start))
+            probe_start = run_probe(engine, probe, cfg, grammar, ctx.seed, procs)
+            if procs.is_main:
+                storage.write_text(probe_path, json.dumps(probe_start))
     step = start
     for step in range(start + 1, cfg.steps + 1):
         t0 = time.perf_counter()
-        chosen = [problems[i] for i in problems_for_step(len(problems), cfg.prompts_per_step, step, ctx.seed)]
-        rollouts = sample_step(engine, chosen, cfg, reward_fn, grammar, step, ctx.seed)
+        chosen = problems_for_step(len(problems), cfg.prompts_per_step, step, ctx.seed)
+        mine = chosen[procs.rank::procs.size]  # this process's share; problem i of the step is group i
+        local = sample_step(engine, [problems[i] for i in mine], cfg, reward_fn, grammar, step, ctx.seed,
+                            stream=procs.rank)
+        for r in local:
+            r.group = r.group * procs.size + procs.rank
         t1 = time.perf_counter()
-        batch = assemble(rollouts, cfg.group_size, cfg.advantage, cfg.drop_zero_variance, cfg.drop_invalid_format)
+        # Advantages, drops and metrics over the whole step: every process's scores, the samples left behind.
+        gathered = procs.gather([dataclasses.replace(r, sample=None) for r in local] if procs.size > 1 else local)
+        everyone = [r for k, part in enumerate(gathered) for r in (local if k == procs.rank else part)]
+        batch = assemble(everyone, cfg.group_size, cfg.advantage, cfg.drop_zero_variance, cfg.drop_invalid_format)
         record = step_metrics(batch, tokenizer)
         skipped = ""
         if batch.nan_reward:
             skipped = "NaN reward"
         elif batch.rollouts:
+            mine_kept = [r for r in batch.rollouts if r.sample is not None]  # the others' are on their processes
             try:
-                record.update(update(accelerator, model, ref_model, engine, optimizer, scheduler, batch, cfg))
+                record.update(update(accelerator, model, ref_model, engine, optimizer, scheduler,
+                                     StepBatch(rollouts=mine_kept, all_rollouts=local), cfg, procs))
             except FloatingPointError as e:
                 skipped = f"NaN loss ({e})"
         t2 = time.perf_counter()
         nan_run = nan_run + 1 if skipped else 0
-        gen_tokens = sum(r.n_tokens for r in rollouts)
+        gen_tokens = sum(r.n_tokens for r in everyone)
         record.update({"step": step, "skipped_nan": float(bool(skipped)), "rollout_s": t1 - t0,
                        "update_s": t2 - t1, "tokens_per_s": gen_tokens / max(t1 - t0, 1e-9)})
-        ctx.tracker.log_metrics(record, step=step)
-        with metrics_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(record)) + "\n")
+        if procs.is_main:
+            ctx.tracker.log_metrics(record, step=step)
+            with metrics_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(_jsonable(record)) + "\n")
         if skipped and nan_run >= cfg.max_nan_steps:
             raise TrainingDiverged(f"{stage}: {nan_run} steps in a row skipped (last at step {step}: {skipped}); "
                                    f"stopping (max_nan_steps={cfg.max_nan_steps}). Lower {stage}.lr or check the rewards.")
-        if cfg.max_minutes and time.perf_counter() - began >= 60 * cfg.max_minutes:
-            break  # the wall-clock cap: publish what we have (the summary's `steps` says how far we got)
+        # The wall-clock cap: publish what we have (the summary's `steps` says how far we got). Processes agree,
+        # or one would wait forever for the others' next step.
+        if procs.any(bool(cfg.max_minutes) and time.perf_counter() - began >= 60 * cfg.max_minutes):
+            break
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
-            accelerator.wait_for_everyone()
             rl_checkpoint.save(accelerator, Path(ctx.work_dir), step, {"nan_run": nan_run})
 
     accelerator.wait_for_everyone()
+    probe_end = run_probe(engine, probe, cfg, grammar, ctx.seed, procs) if probe else []
+    if not procs.is_main:
+        return {}
     save_model(accelerator.unwrap_model(model), tokenizer, Path(ctx.out_dir) / "model")
     if metrics_path.exists():
         (Path(ctx.out_dir) / "metrics.jsonl").write_text(metrics_path.read_text(encoding="utf-8"), encoding="utf-8")
     summary = summarise(_read_metrics(metrics_path))
     if probe:
-        summary.update(probe_summary(probe_start, run_probe(engine, probe, cfg, grammar, ctx.seed), reward_fn,
-                                     grammar, step))
+        summary.update(probe_summary(probe_start, probe_end, reward_fn, grammar, step))
     summary["peak_rss_mb"] = _peak_rss_mb()
+    summary["processes"] = float(procs.size)
     return summary
 
 

@@ -19,18 +19,25 @@ STATE = "trainer_state.json"
 
 
 def save(accelerator, work_dir: Path, step: int, extra: dict) -> Path:
+    """Every process calls this (each writes its RNG state); the main process alone prepares and swaps."""
     final = Path(work_dir) / NAME
     tmp = final.with_name(NAME + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    if accelerator.is_main_process:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
-    (tmp / STATE).write_text(json.dumps({"step": step, **extra}), encoding="utf-8")
-    old = final.with_name(NAME + ".old")
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old.exists():
-        shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (tmp / STATE).write_text(json.dumps({"step": step, **extra}), encoding="utf-8")
+        old = final.with_name(NAME + ".old")
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old.exists():
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
     return final
 
 

@@ -184,7 +184,10 @@ class TimeBudgetCallback(TrainerCallback):
         self.t0 = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kw):
-        if time.perf_counter() - self.t0 >= self.seconds:
+        from parathink import distributed
+
+        # Every process of a multi-process launch stops at the same step, or the others wait forever.
+        if distributed.group().any(time.perf_counter() - self.t0 >= self.seconds):
             control.should_training_stop = True
             control.should_save = True
 

@@ -1,0 +1,106 @@
+"""What the runner and the RL loop need from a multi-process launch (torchrun, ``accelerate launch``).
+
+A launcher starts one process per device and tells each its place through the environment (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``). The runner joins the processes into one group before any stage, so that rank 0
+alone decides what to skip, writes manifests and tracks, while the stages that can use every process
+(``DATA_PARALLEL = True`` in their module) run on all of them and the others run on rank 0 while the rest wait.
+
+``Group`` is the small set of collectives the callers need, over a gloo group on the CPU (control messages and a
+few floats per step: never the hot path). In one process every method is the identity, so the single-process
+code reads exactly like the multi-process one and pays nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+# Rank 0 may run a stage that is not data-parallel (eval, the teacher) for hours while the others wait in a
+# barrier: the control group's timeout has to outlast that, unlike torch's 30-minute default.
+CONTROL_TIMEOUT = timedelta(hours=48)
+
+
+def world_size() -> int:
+    """Processes in this launch, from the launcher's environment (1 when not launched by one)."""
+    raw = os.environ.get("WORLD_SIZE", "1").strip() or "1"
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"WORLD_SIZE={raw!r} is not an integer") from None
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0").strip() or "0")
+
+
+@dataclass
+class Group:
+    """Collectives over the launch's processes; the identity in one process."""
+
+    rank: int = 0
+    size: int = 1
+    handle: Any = None  # torch.distributed ProcessGroup (gloo) when size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.barrier(group=self.handle)
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if self.size == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.handle)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if self.size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj, group=self.handle)
+        return out
+
+    def sum(self, value: float) -> float:
+        return float(sum(self.gather(float(value))))
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on one: keeps the ranks' control flow identical."""
+        return bool(any(self.gather(bool(flag))))
+
+
+_GROUP: Group | None = None
+
+
+def group() -> Group:
+    """This launch's group; joins the processes on first use (every rank must reach the first call)."""
+    global _GROUP
+    if _GROUP is not None:
+        return _GROUP
+    size = world_size()
+    if size == 1:
+        _GROUP = Group()
+        return _GROUP
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        # The default group carries training's collectives (accelerate and the Trainer reuse it): NCCL on GPUs.
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    _GROUP = Group(rank=dist.get_rank(), size=dist.get_world_size(),
+                   handle=dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT))
+    return _GROUP

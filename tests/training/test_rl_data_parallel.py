@@ -1,0 +1,111 @@
+"""Data-parallel RL on two real processes (torchrun, gloo on CPU): the update over each process's share of a step
+equals the one-process update over the whole step, and a stage launched under torchrun trains and publishes once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from test_rl_loop import _cfg, _sampled_batch, _test_rewards, ckpt  # noqa: F401  (fixtures: the tiny checkpoint, the test reward)
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+UPDATE_SCRIPT = """
+import importlib.util, json, sys, torch
+from parathink import distributed
+procs = distributed.group()  # joins the two processes before accelerate, as train() does
+from accelerate import Accelerator
+from parathink.engine import Engine
+from parathink.modeling import load_model
+from parathink.rewards import register
+from parathink.training.rl import update
+from parathink.training.rl_rollouts import StepBatch
+
+spec = importlib.util.spec_from_file_location("rl_loop", sys.argv[1])
+loop = importlib.util.module_from_spec(spec); spec.loader.exec_module(loop)
+register("test_digits")(loop._digits)
+torch.set_num_threads(1)
+model, tok = load_model(sys.argv[2])
+engine = Engine(model, tok, "parallel_r1", "structured", 2)
+batch = loop._sampled_batch(engine, tok, flat_group=True)  # the same draws on both processes
+# Process r trains on group r alone: group 0 is flat, so process 0 has nothing to train and runs a dummy pass.
+mine = [r for r in batch.rollouts if r.group == procs.rank]
+cfg = loop._cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3)
+accelerator = Accelerator(cpu=True)
+before = {n: p.detach().clone() for n, p in model.named_parameters()}
+opt = torch.optim.SGD(model.parameters(), lr=1.0)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+wrapped, opt, sched = accelerator.prepare(model, opt, sched)
+assert type(wrapped).__name__ == "DistributedDataParallel", type(wrapped)
+stats = update(accelerator, wrapped, None, engine, opt, sched, StepBatch(rollouts=mine, all_rollouts=mine), cfg, procs)
+delta = {n: (p.detach() - before[n]).tolist() for n, p in model.named_parameters()}
+json.dump({"delta": delta, "stats": stats}, open(f"{sys.argv[3]}.{procs.rank}.json", "w"))
+"""
+
+
+def torchrun(*args: str, port: int, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(port), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "CI": "true"})
+
+
+def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path):
+    """SGD at lr 1 on the two processes' shares (process 0's group all flat) against SGD on the whole batch:
+    the same parameters after the step, the same logged loss and entropy."""
+    from accelerate import Accelerator
+
+    from parathink.engine import Engine
+    from parathink.modeling import load_model
+    from parathink.training.rl import update
+
+    script = tmp_path / "ddp_update.py"
+    script.write_text(UPDATE_SCRIPT)
+    proc = torchrun(str(script), str(HERE / "test_rl_loop.py"), str(ckpt), str(tmp_path / "out"), port=29531)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in (0, 1)]
+
+    model, tok = load_model(ckpt)
+    engine = Engine(model, tok, "parallel_r1", "structured", 2)
+    batch = _sampled_batch(engine, tok, flat_group=True)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    stats = update(Accelerator(cpu=True), model, None, engine, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0),
+                   batch, _cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3))
+    moved = 0.0
+    for n, p in model.named_parameters():
+        want = p.detach() - before[n]
+        moved = max(moved, float(want.abs().max()))
+        for r in ranks:  # both processes hold the same parameters after the step
+            torch.testing.assert_close(torch.tensor(r["delta"][n]), want, atol=1e-6, rtol=1e-4, msg=n)
+    assert moved > 1e-4  # the step did move the parameters: the comparison is not between two no-ops
+    for r in ranks:
+        assert abs(r["stats"]["loss"] - stats["loss"]) < 1e-6 and abs(r["stats"]["entropy"] - stats["entropy"]) < 1e-6
+
+
+def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt, tmp_path):
+    """`parathink stage grpo_baseline` on two processes: the probe's and the step's rollouts are the two
+    processes' shares gathered, one manifest and one metrics file are written, the scratch is cleared."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ckpt, run / "base" / "model")
+    s = "grpo_baseline"
+    proc = torchrun("-m", "parathink.stages.runner", "stage", s, f"run_dir={run}", "tracking=none",
+                    f"{s}.steps=3", f"{s}.prompts_per_step=4", f"{s}.group_size=2", f"{s}.token_budget=100",
+                    f"{s}.problems.n=16", f"{s}.checkpoint_every=2", f"{s}.probe_prompts=3", f"{s}.max_minutes=0",
+                    port=29532)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{s}: running on 2 processes" in proc.stderr
+    manifest = json.loads((run / s / "_manifest.json").read_text())
+    assert manifest["metrics"]["processes"] == 2.0 and manifest["metrics"]["steps"] == 3.0
+    # The probe's 3 problems split 2 + 1 over the processes, 2 rollouts each: 6 when gathered.
+    assert manifest["metrics"]["probe_n"] == 6.0
+    rows = [json.loads(x) for x in (run / s / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # rank 0 alone wrote them
+    assert all(r["rollouts_trained"] == 8.0 for r in rows)  # 4 problems x 2 rollouts: both shares
+    assert (run / s / "model" / "model.safetensors").exists()
+    assert not (run / ".work" / s).exists() and not list((run / ".tmp").glob(f"{s}*"))
