@@ -109,3 +109,39 @@ def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt
     assert all(r["rollouts_trained"] == 8.0 for r in rows)  # 4 problems x 2 rollouts: both shares
     assert (run / s / "model" / "model.safetensors").exists()
     assert not (run / ".work" / s).exists() and not list((run / ".tmp").glob(f"{s}*"))
+
+
+RESUME_SCRIPT = """
+import importlib.util, sys, torch
+from parathink import distributed
+distributed.group()
+spec = importlib.util.spec_from_file_location("rl_loop", sys.argv[1])
+loop = importlib.util.module_from_spec(spec); spec.loader.exec_module(loop)
+torch.set_num_threads(1)
+cfg = loop._cfg(reward="scaffold", scaffold_steps=2, probe_prompts=4)
+loop._train(cfg, sys.argv[3], sys.argv[2], tracker=loop._KillAt(4) if sys.argv[4] == "kill" else None)
+"""
+
+
+def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path):
+    """Rank 0 dies in step 4, after the step-2 checkpoint (torchrun then stops rank 1); the relaunch resumes both
+    processes from it and ends with the weights and per-step rewards of an uninterrupted two-process run."""
+    from safetensors.torch import load_file
+
+    script = tmp_path / "ddp_resume.py"
+    script.write_text(RESUME_SCRIPT)
+    common = (str(script), str(HERE / "test_rl_loop.py"), str(ckpt))
+    assert torchrun(*common, str(tmp_path / "a"), "straight", port=29533).returncode == 0
+    assert torchrun(*common, str(tmp_path / "b"), "kill", port=29534).returncode != 0
+    saved = tmp_path / "b" / ".work" / "rl_test" / "checkpoint"  # what the relaunch resumes from, not a fresh start
+    assert json.loads((saved / "trainer_state.json").read_text())["step"] == 2
+    assert {"random_states_0.pkl", "random_states_1.pkl"} <= {f.name for f in saved.iterdir()}
+    proc = torchrun(*common, str(tmp_path / "b"), "straight", port=29535)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a = load_file(str(tmp_path / "a" / "rl_test" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "b" / "rl_test" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    rows = [[json.loads(x) for x in (tmp_path / run / "rl_test" / "metrics.jsonl").read_text().splitlines()]
+            for run in ("a", "b")]
+    assert [r["step"] for r in rows[1]] == [1, 2, 3, 4]
+    assert [r["reward_mean"] for r in rows[0]] == [r["reward_mean"] for r in rows[1]]
