@@ -57,3 +57,19 @@ def test_on_policy_loss_refuses_several_passes():
 
     with pytest.raises(ConfigError, match="rl_hard.updates_per_step"):
         rl_hard.validate(_cfg(["rl_hard.policy_loss=on_policy", "rl_hard.updates_per_step=2"]))
+
+
+@pytest.mark.parametrize("name, text, why", [
+    ("missing.json", None, "cannot read it"),
+    ("broken.json", "{\"zero_optimization\": ", "not JSON"),
+    ("zero3.json", None, "ZeRO stage 3 shards the parameters the engine samples with"),
+])
+def test_a_bad_deepspeed_file_fails_in_validate(tmp_path, name, text, why):
+    from parathink.stages import rl_hard
+
+    path = Path(CONF) / "deepspeed" / name if name == "zero3.json" else tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"rl_hard\.deepspeed={path}: {why}"):
+        rl_hard.validate(_cfg([f"rl_hard.deepspeed={path}"]))
+    rl_hard.validate(_cfg([f"rl_hard.deepspeed={Path(CONF) / 'deepspeed' / 'zero2.json'}"]))  # stage 2 is fine

@@ -4,10 +4,12 @@ equals the one-process update over the whole step, and a stage launched under to
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from test_rl_loop import _cfg, _sampled_batch, _test_rewards, ckpt  # noqa: F401  (fixtures: the tiny checkpoint, the test reward)
 
@@ -22,7 +24,7 @@ from accelerate import Accelerator
 from parathink.engine import Engine
 from parathink.modeling import load_model
 from parathink.rewards import register
-from parathink.training.rl import update
+from parathink.training.rl import deepspeed_plugin, update
 from parathink.training.rl_rollouts import StepBatch
 
 spec = importlib.util.spec_from_file_location("rl_loop", sys.argv[1])
@@ -34,13 +36,14 @@ engine = Engine(model, tok, "parallel_r1", "structured", 2)
 batch = loop._sampled_batch(engine, tok, flat_group=True)  # the same draws on both processes
 # Process r trains on group r alone: group 0 is flat, so process 0 has nothing to train and runs a dummy pass.
 mine = [r for r in batch.rollouts if r.group == procs.rank]
-cfg = loop._cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3)
-accelerator = Accelerator(cpu=True)
+ds = None if sys.argv[4] == "ddp" else sys.argv[4]
+cfg = loop._cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3, deepspeed=ds)
+accelerator = Accelerator(cpu=ds is None, deepspeed_plugin=deepspeed_plugin(cfg))
 before = {n: p.detach().clone() for n, p in model.named_parameters()}
 opt = torch.optim.SGD(model.parameters(), lr=1.0)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
 wrapped, opt, sched = accelerator.prepare(model, opt, sched)
-assert type(wrapped).__name__ == "DistributedDataParallel", type(wrapped)
+assert type(wrapped).__name__ == ("DistributedDataParallel" if ds is None else "DeepSpeedEngine"), type(wrapped)
 stats = update(accelerator, wrapped, None, engine, opt, sched, StepBatch(rollouts=mine, all_rollouts=mine), cfg, procs)
 delta = {n: (p.detach() - before[n]).tolist() for n, p in model.named_parameters()}
 json.dump({"delta": delta, "stats": stats}, open(f"{sys.argv[3]}.{procs.rank}.json", "w"))
@@ -50,12 +53,22 @@ json.dump({"delta": delta, "stats": stats}, open(f"{sys.argv[3]}.{procs.rank}.js
 def torchrun(*args: str, port: int, timeout: int = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            "--master_port", str(port), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "CI": "true"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "CI": "true", "DS_ACCELERATOR": "cpu"})
 
 
-def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path):
-    """SGD at lr 1 on the two processes' shares (process 0's group all flat) against SGD on the whole batch:
-    the same parameters after the step, the same logged loss and entropy."""
+def zero2_json(tmp_path: Path) -> Path:
+    """The shipped ZeRO-2 file, allowed the test's plain SGD (DeepSpeed vets optimisers it has not tested)."""
+    ds = json.loads((ROOT / "hydra_conf" / "deepspeed" / "zero2.json").read_text())
+    path = tmp_path / "zero2.json"
+    path.write_text(json.dumps({**ds, "zero_allow_untested_optimizer": True}))
+    return path
+
+
+@pytest.mark.parametrize("launch, port", [("ddp", 29531), ("zero2", 29536)])
+def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path, launch, port):
+    """SGD at lr 1 on the two processes' shares (process 0's group all flat, so it trains on zero-weight rows
+    only: one for DDP, as many micro-batches as process 1 for ZeRO-2) against SGD on the whole batch in one
+    process: the same parameters after the step, the same logged loss and entropy."""
     from accelerate import Accelerator
 
     from parathink.engine import Engine
@@ -64,7 +77,8 @@ def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path):
 
     script = tmp_path / "ddp_update.py"
     script.write_text(UPDATE_SCRIPT)
-    proc = torchrun(str(script), str(HERE / "test_rl_loop.py"), str(ckpt), str(tmp_path / "out"), port=29531)
+    ds = "ddp" if launch == "ddp" else str(zero2_json(tmp_path))
+    proc = torchrun(str(script), str(HERE / "test_rl_loop.py"), str(ckpt), str(tmp_path / "out"), ds, port=port)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in (0, 1)]
 
@@ -86,9 +100,11 @@ def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path):
         assert abs(r["stats"]["loss"] - stats["loss"]) < 1e-6 and abs(r["stats"]["entropy"] - stats["entropy"]) < 1e-6
 
 
-def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt, tmp_path):
-    """`parathink stage grpo_baseline` on two processes: the probe's and the step's rollouts are the two
-    processes' shares gathered, one manifest and one metrics file are written, the scratch is cleared."""
+@pytest.mark.parametrize("launch, port", [("ddp", 29532), ("zero2", 29537)])
+def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt, tmp_path, launch, port):
+    """`parathink stage grpo_baseline` on two processes, under DDP or ZeRO-2 (with its AdamW and a step-2
+    checkpoint): the probe's and the step's rollouts are the two processes' shares gathered, one manifest and
+    one metrics file are written, the scratch is cleared."""
     import shutil
 
     run = tmp_path / "run"
@@ -97,7 +113,8 @@ def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt
     proc = torchrun("-m", "parathink.stages.runner", "stage", s, f"run_dir={run}", "tracking=none",
                     f"{s}.steps=3", f"{s}.prompts_per_step=4", f"{s}.group_size=2", f"{s}.token_budget=100",
                     f"{s}.problems.n=16", f"{s}.checkpoint_every=2", f"{s}.probe_prompts=3", f"{s}.max_minutes=0",
-                    port=29532)
+                    f"{s}.deepspeed={ROOT / 'hydra_conf' / 'deepspeed' / 'zero2.json' if launch == 'zero2' else 'null'}",
+                    port=port)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{s}: running on 2 processes" in proc.stderr
     manifest = json.loads((run / s / "_manifest.json").read_text())
@@ -118,25 +135,28 @@ distributed.group()
 spec = importlib.util.spec_from_file_location("rl_loop", sys.argv[1])
 loop = importlib.util.module_from_spec(spec); spec.loader.exec_module(loop)
 torch.set_num_threads(1)
-cfg = loop._cfg(reward="scaffold", scaffold_steps=2, probe_prompts=4)
+cfg = loop._cfg(reward="scaffold", scaffold_steps=2, probe_prompts=4, deepspeed=None if sys.argv[5] == "ddp" else sys.argv[5])
 loop._train(cfg, sys.argv[3], sys.argv[2], tracker=loop._KillAt(4) if sys.argv[4] == "kill" else None)
 """
 
 
-def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path):
+@pytest.mark.parametrize("launch, port", [("ddp", 29533), ("zero2", 29543)])
+def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path, launch, port):
     """Rank 0 dies in step 4, after the step-2 checkpoint (torchrun then stops rank 1); the relaunch resumes both
     processes from it and ends with the weights and per-step rewards of an uninterrupted two-process run."""
     from safetensors.torch import load_file
 
     script = tmp_path / "ddp_resume.py"
     script.write_text(RESUME_SCRIPT)
+    ds = "ddp" if launch == "ddp" else str(ROOT / "hydra_conf" / "deepspeed" / "zero2.json")
     common = (str(script), str(HERE / "test_rl_loop.py"), str(ckpt))
-    assert torchrun(*common, str(tmp_path / "a"), "straight", port=29533).returncode == 0
-    assert torchrun(*common, str(tmp_path / "b"), "kill", port=29534).returncode != 0
+    assert torchrun(*common, str(tmp_path / "a"), "straight", ds, port=port).returncode == 0
+    assert torchrun(*common, str(tmp_path / "b"), "kill", ds, port=port + 1).returncode != 0
     saved = tmp_path / "b" / ".work" / "rl_test" / "checkpoint"  # what the relaunch resumes from, not a fresh start
     assert json.loads((saved / "trainer_state.json").read_text())["step"] == 2
-    assert {"random_states_0.pkl", "random_states_1.pkl"} <= {f.name for f in saved.iterdir()}
-    proc = torchrun(*common, str(tmp_path / "b"), "straight", port=29535)
+    if launch == "ddp":  # (under DeepSpeed on CPU accelerate counts one process and names both files _0)
+        assert {"random_states_0.pkl", "random_states_1.pkl"} <= {f.name for f in saved.iterdir()}
+    proc = torchrun(*common, str(tmp_path / "b"), "straight", ds, port=port + 2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     a = load_file(str(tmp_path / "a" / "rl_test" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "b" / "rl_test" / "model" / "model.safetensors"))

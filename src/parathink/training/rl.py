@@ -23,13 +23,13 @@ Where this departs from the papers, and why:
 - ``entropy`` is logged as -mean log pi(token) over the sampled tokens (unbiased at T=1, top_p=1), not from the
   full distribution: that cost as much as the rest of the update on the tiny model.
 
-accelerate sits underneath (device placement, mixed precision, checkpoint state, DDP). Under a multi-process
-launch (torchrun or ``accelerate launch`` with a multi-GPU config) the loop is data-parallel: each process samples
-its share of the step's problems with its own sampling stream, the scores of every process are gathered so that
-advantages, drops and metrics are those of the whole step, the loss is normalised by the whole step's token count,
-and every process runs the same number of synchronised backward passes (a process with nothing to train runs one
-on a zero-weight rollout), so DDP's gradient all-reduce yields the gradient of the whole step. DeepSpeed and FSDP
-are refused (``check_launch`` says why).
+accelerate sits underneath (device placement, mixed precision, checkpoint state, DDP, DeepSpeed). Under a
+multi-process launch (torchrun or ``accelerate launch``) the loop is data-parallel: each process samples its share
+of the step's problems with its own sampling stream; the scores of every process are gathered, so advantages,
+drops and metrics are those of the whole step; the loss is normalised by the whole step's token count; and every
+process runs the backward passes the collectives expect (a process short of them runs zero-weight rows), so the
+averaged gradient is the whole step's. ``<stage>.deepspeed`` adds ZeRO-1/2 (gradients and optimiser state
+sharded, parameters whole for the engine); FSDP and ZeRO-3 are refused (``check_launch`` says why).
 """
 
 from __future__ import annotations
@@ -168,11 +168,14 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     """``updates_per_step`` optimiser steps on the step's kept rollouts; returns loss statistics.
 
     ``batch.rollouts`` are this process's kept rollouts; under a data-parallel launch (``procs``) the normaliser
-    and the statistics are the whole step's, and the gradient DDP averages is the whole step's gradient.
+    and the statistics are the whole step's, and the gradient DDP or DeepSpeed averages is the whole step's.
     Raises FloatingPointError (after zeroing the gradients, on every process) when a loss or the gradient is not
-    finite.
+    finite; under DeepSpeed a non-finite loss raises TrainingDiverged before the optimiser step instead.
     """
+    from accelerate.utils import DistributedType
+
     procs = procs or distributed.Group()
+    deepspeed = accelerator.distributed_type == DistributedType.DEEPSPEED
     # Micro-batches of similar length: each is padded to its longest row, so sorting by length cuts the padded
     # work (1.4x faster on the tiny hard stages). The loss is a sum over rollouts with a global normaliser, so
     # the order changes nothing but float summation order.
@@ -188,16 +191,16 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     normaliser = max(1.0, procs.sum(NORMALISERS[cfg.loss_agg](mask) if rollouts else 0.0))
 
     def micro_batches(index: list[int]):
-        """(positions as a tensor, their samples, whether it is the pass's last) for each micro-batch."""
+        """(positions as a tensor, their samples) for each no-grad micro-batch of the rollouts at ``index``."""
         for i in range(0, len(index), cfg.micro_batch_size):
             part = index[i:i + cfg.micro_batch_size]
-            yield torch.tensor(part, device=device), [rollouts[k].sample for k in part], i + cfg.micro_batch_size >= len(index)
+            yield torch.tensor(part, device=device), [rollouts[k].sample for k in part]
 
     ref = None
     if ref_model is not None:
         ref = torch.zeros_like(old)  # [B, T]
         with torch.no_grad():
-            for part, samples, _ in micro_batches(list(range(len(rollouts)))):
+            for part, samples in micro_batches(list(range(len(rollouts)))):
                 logp = policy_logprobs(engine, ref_model, samples)  # [b, t]
                 ref[part, :logp.shape[1]] = logp
     # A rollout with zero advantage (its whole group scored the same: 50-75% of hard groups on the tiny model)
@@ -214,31 +217,41 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
         # engine's log-probs is logged (the training-inference mismatch).
         engine_old = old.clone()
         with torch.no_grad():
-            for part, samples, _ in micro_batches(active):
+            for part, samples in micro_batches(active):
                 logp = policy_logprobs(engine, model, samples)  # [b, t]
                 old[part, :logp.shape[1]] = logp.float()
         kept = mask[active]
         gap = float(((old - engine_old)[active].abs() * kept).sum()) if active else 0.0
         drift = procs.sum(gap) / max(1.0, procs.sum(float(kept.sum())))
-    if procs.size > 1 and not active:
-        # DDP all-reduces inside the backward: every process must run one, so a process with nothing to train
-        # runs a rollout it sampled with its loss mask zeroed (zero loss, zero gradient, the same collectives).
-        rollouts = [dataclasses.replace(batch.all_rollouts[0], advantage=0.0)]
-        old = _pad([torch.as_tensor(rollouts[0].sample.logprobs, dtype=torch.float32)]).to(device)  # [1, T]
-        mask, adv, active = torch.zeros_like(old), torch.zeros(1, device=device), [0]
-        ref = None if ref is None else torch.zeros_like(old)
+    # Every process must run as many backward passes as the collectives inside them expect: under DDP at least
+    # one (the pass's last all-reduces), under DeepSpeed ZeRO-2 exactly as many as the busiest process (each
+    # backward reduce-scatters). A process short of them runs a rollout it sampled with its loss mask zeroed:
+    # zero loss, zero gradient, the same collectives.
+    batches = [active[i:i + cfg.micro_batch_size] for i in range(0, len(active), cfg.micro_batch_size)]
+    need = max(procs.gather(len(batches))) if deepspeed else (1 if procs.size > 1 else 0)
+    if len(batches) < need:
+        rollouts = rollouts + [dataclasses.replace(batch.all_rollouts[0], advantage=0.0)]
+        width = max(old.shape[1], len(rollouts[-1].sample.response_ids))
+        old, mask = _zero_row(old, width), _zero_row(mask, width)
+        ref = None if ref is None else _zero_row(ref, width)
+        adv = torch.cat([adv, adv.new_zeros(1)])
+        batches += [[len(rollouts) - 1]] * (need - len(batches))
     model.train()
     for _ in range(cfg.updates_per_step):
         bad = False
-        for part, samples, last in micro_batches(active):
-            # Under DDP the pass's last backward alone all-reduces (no_sync must cover the forward too).
-            with contextlib.nullcontext() if last else accelerator.no_sync(model):
+        for k, index in enumerate(batches):
+            part, samples = torch.tensor(index, device=device), [rollouts[i].sample for i in index]
+            with _micro_step(accelerator, model, last=k == len(batches) - 1):
                 logp = policy_logprobs(engine, model, samples)  # [b, t]
                 t = logp.shape[1]
                 loss, stats = grpo_loss(spec, logp, old[part, :t], adv[part], mask[part, :t], normaliser,
                                         None if ref is None else ref[part, :t])
                 bad = bad or not bool(torch.isfinite(loss))
-                # DDP averages the processes' gradients; each loss is a share of the step's sum: scale it back.
+                if deepspeed and procs.any(bad):
+                    # DeepSpeed steps inside the last backward and has already reduced the earlier ones: nothing
+                    # can be skipped cleanly, so stop before that step (the checkpoint is intact).
+                    raise TrainingDiverged("loss is not finite under DeepSpeed; stopping before the optimiser step")
+                # DDP and DeepSpeed average the processes' gradients; each loss is a share of the step's sum.
                 accelerator.backward(loss * procs.size)
             totals["loss"] += loss.item()
             totals["clipped"] += stats["clipped"].item()
@@ -247,7 +260,7 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
             optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError("loss is not finite")
         for p in model.parameters():  # a step with no active rollout: a zero gradient, so Adam moves as usual
-            if p.requires_grad and p.grad is None:
+            if p.requires_grad and p.grad is None and not deepspeed:  # (DeepSpeed has stepped already)
                 p.grad = torch.zeros_like(p)
         norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip > 0 else None
         if norm is not None and not torch.isfinite(torch.as_tensor(norm)):
@@ -266,32 +279,81 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
 
 
 def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
+    if not rows:  # a process of a data-parallel step may keep none of its rollouts
+        return torch.zeros(0, 0)
     return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=0.0)
+
+
+def _zero_row(t: torch.Tensor, width: int) -> torch.Tensor:
+    """``t`` [B, T] zero-padded to ``width`` columns, with one more row of zeros: [B + 1, max(T, width)]."""
+    out = t.new_zeros(t.shape[0] + 1, max(t.shape[1], width))
+    out[:t.shape[0], :t.shape[1]] = t
+    return out
+
+
+@contextlib.contextmanager
+def _micro_step(accelerator, model, last: bool):
+    """One micro-batch's forward and backward. Only the pass's last synchronises: DDP all-reduces in it (no_sync
+    must cover the others' forwards too), DeepSpeed takes it as the accumulation boundary and steps in it."""
+    if last:
+        yield
+        return
+    state = accelerator.gradient_state
+    state._set_sync_gradients(False)  # what accelerator.backward hands DeepSpeed as the boundary flag
+    try:
+        with accelerator.no_sync(model):
+            yield
+    finally:
+        state._set_sync_gradients(True)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # the loop
 
 
+def deepspeed_plugin(cfg: RLConfig):
+    """accelerate's DeepSpeed plugin from ``cfg.deepspeed`` (a JSON file, ZeRO stage <= 2), or None.
+
+    The JSON's batch and clipping values are set from the RL settings: one micro-batch of ``micro_batch_size``
+    rollouts per backward and one accumulation step, because the loop marks the step's last backward as the
+    boundary itself (an RL step has as many micro-batches as it kept rollouts, not a fixed count).
+    """
+    if not cfg.deepspeed:
+        return None
+    from accelerate.utils import DeepSpeedPlugin
+
+    ds = json.loads(Path(cfg.deepspeed).read_text(encoding="utf-8"))
+    ds.pop("train_batch_size", None)
+    ds.update({"train_micro_batch_size_per_gpu": cfg.micro_batch_size, "gradient_accumulation_steps": 1,
+               "gradient_clipping": max(0.0, cfg.grad_clip)})
+    for precision in ("bf16", "fp16"):
+        ds[precision] = {**ds.get(precision, {}), "enabled": cfg.mixed_precision == precision}
+    zero = ds.setdefault("zero_optimization", {})
+    if zero.get("reduce_bucket_size") == "auto":
+        zero["reduce_bucket_size"] = int(5e8)
+    return DeepSpeedPlugin(hf_ds_config=ds)
+
+
 def check_launch(accelerator, cfg: RLConfig, stage: str) -> None:
     """Refuse a launch the loop would get wrong, before any rollout.
 
-    DeepSpeed steps the optimiser inside the backward at a fixed gradient-accumulation count, while an RL step has
-    as many micro-batches as it kept rollouts; FSDP (and ZeRO-3) shard the parameters the engine samples with.
-    Plain data parallelism (DDP) is what the loop implements; the step's problems are split evenly over processes.
+    FSDP and ZeRO-3 shard the parameters the engine samples with (every decoded token would gather them);
+    DeepSpeed from an accelerate config file bypasses the batch settings ``deepspeed_plugin`` makes. DDP and
+    ZeRO-1/2 from ``<stage>.deepspeed`` are what the loop implements; the step's problems are split evenly.
     """
     from accelerate.utils import DistributedType
 
     from parathink.stages.context import ConfigError
 
     kind = accelerator.distributed_type
-    if kind in (DistributedType.DEEPSPEED, DistributedType.FSDP):
-        raise ConfigError(f"{stage}: RL stages run data-parallel (DDP) only, got {kind.value}; launch "
-                          f"`parathink stage {stage}` with a plain multi-GPU accelerate config or torchrun "
-                          "(DeepSpeed/FSDP are for sft)")
-    if cfg.prompts_per_step % accelerator.num_processes:
+    if kind == DistributedType.FSDP or (kind == DistributedType.DEEPSPEED and not cfg.deepspeed):
+        raise ConfigError(f"{stage}: RL stages run under DDP or DeepSpeed ZeRO-1/2 set by {stage}.deepspeed, got "
+                          f"{kind.value} from the launcher; launch `parathink stage {stage}` with torchrun or a "
+                          "plain multi-GPU accelerate config")
+    processes = distributed.group().size  # not accelerator.num_processes: 1 under DeepSpeed on CPU
+    if cfg.prompts_per_step % processes:
         raise ConfigError(f"{stage}.prompts_per_step={cfg.prompts_per_step}: must be a multiple of the "
-                          f"{accelerator.num_processes} processes, each samples an equal share of the step's problems")
+                          f"{processes} processes, each samples an equal share of the step's problems")
 
 
 def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model_cfg=None) -> dict[str, float]:
@@ -304,7 +366,9 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     from parathink.rewards import get_reward
 
     procs = distributed.group()  # before accelerate: it reuses the process group this joins
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
+    plugin = deepspeed_plugin(cfg)
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, deepspeed_plugin=plugin,
+                              cpu=plugin is None and not torch.cuda.is_available())
     check_launch(accelerator, cfg, stage)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
@@ -389,7 +453,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             rl_checkpoint.save(accelerator, Path(ctx.work_dir), step, {"nan_run": nan_run})
 
-    accelerator.wait_for_everyone()
+    procs.barrier()
     probe_end = run_probe(engine, probe, cfg, grammar, ctx.seed, procs) if probe else []
     if not procs.is_main:
         return {}

@@ -14,22 +14,26 @@ import os
 import shutil
 from pathlib import Path
 
+from parathink import distributed
+
 NAME = "checkpoint"
 STATE = "trainer_state.json"
 
 
 def save(accelerator, work_dir: Path, step: int, extra: dict) -> Path:
-    """Every process calls this (each writes its RNG state); the main process alone prepares and swaps."""
+    """Every process calls this (each writes its RNG state, DeepSpeed its shards); rank 0 alone prepares and
+    swaps. Ranks come from the launch's process group: accelerate reports one process under DeepSpeed on CPU."""
+    procs = distributed.group()
     final = Path(work_dir) / NAME
     tmp = final.with_name(NAME + ".tmp")
-    if accelerator.is_main_process:
+    if procs.is_main:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
+    procs.barrier()
     accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
+    procs.barrier()
+    if procs.is_main:
         (tmp / STATE).write_text(json.dumps({"step": step, **extra}), encoding="utf-8")
         old = final.with_name(NAME + ".old")
         if final.exists():
@@ -37,7 +41,7 @@ def save(accelerator, work_dir: Path, step: int, extra: dict) -> Path:
         os.replace(tmp, final)
         if old.exists():
             shutil.rmtree(old)
-    accelerator.wait_for_everyone()
+    procs.barrier()
     return final
 
 

@@ -71,6 +71,9 @@ class RLConfig:
     # stage reports its training reward before and after on the same problems and draws; 0 = off.
     probe_prompts: int = 0
     mixed_precision: str = "no"  # accelerate's mixed precision
+    # DeepSpeed JSON (ZeRO stage 0-2) for a multi-GPU launch: shards gradients and optimiser state (stage 2), the
+    # parameters stay whole for the engine. null = DDP under torchrun, or one process.
+    deepspeed: str | None = None
     # Where the ratio's old log-probs come from: the engine's sampling pass (free), or a no-grad pass of the
     # training forward before the update (one more forward). With bf16 the two differ (measured on an H200:
     # mean 6e-3, max 0.1 nats per token), which biases the ratio; fp32 keeps them within 1e-4.
@@ -121,6 +124,7 @@ class RLConfig:
         if self.old_logprobs not in OLD_LOGPROBS:
             raise bad("old_logprobs", f"expected one of {OLD_LOGPROBS}")
         self._check_problems(stage)
+        self._check_deepspeed(stage)
         if self.group_size < 2:
             raise bad("group_size", "a group needs >= 2 rollouts (one rollout has no group baseline)")
         for key in ("steps", "prompts_per_step", "token_budget", "updates_per_step",
@@ -153,6 +157,24 @@ class RLConfig:
             raise bad("warmup_steps", "must be >= 0")
         if self.policy_loss == "on_policy" and self.updates_per_step > 1:
             raise bad("updates_per_step", "the strict on-policy loss (PAPO) allows one update per rollout batch")
+
+    def _check_deepspeed(self, stage: str) -> None:
+        if not self.deepspeed:
+            return
+        import json
+        from pathlib import Path
+
+        where = f"{stage}.deepspeed={self.deepspeed}"
+        try:
+            ds = json.loads(Path(self.deepspeed).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ValueError(f"{where}: cannot read it ({e.strerror})") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e.msg} at line {e.lineno})") from None
+        zero = int((ds.get("zero_optimization") or {}).get("stage", 0))
+        if zero > 2:
+            raise ValueError(f"{where}: ZeRO stage {zero} shards the parameters the engine samples with; use "
+                             "stage 1 or 2 (hydra_conf/deepspeed/zero2.json)")
 
     def _check_problems(self, stage: str) -> None:
         spec = dict(self.problems)
