@@ -35,6 +35,13 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0").strip() or "0")
 
 
+def device() -> str:
+    """This process's device: its launcher-assigned GPU (``LOCAL_RANK``), or the CPU when there is none."""
+    import torch
+
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0)}" if torch.cuda.is_available() else "cpu"
+
+
 @dataclass
 class Group:
     """Collectives over the launch's processes; the identity in one process."""

@@ -77,3 +77,28 @@ def test_eval_reuses_finished_sets_after_a_kill(run_dir, monkeypatch):
 def test_eval_config_errors(tmp_path, capsys, override, key):
     assert runner.main_stage("eval", [f"run_dir={tmp_path}", "tracking=none", override]) == 2
     assert key in capsys.readouterr().err
+
+
+def test_eval_under_torchrun_splits_each_set_over_the_processes(run_dir, tmp_path):
+    """Two real processes: each samples every other problem, rank 0 writes the whole set in its order (the
+    same problem ids, in the same order, as a one-process eval of the same run) and the summary over all."""
+    import os
+    import subprocess
+    import sys
+
+    ovr = [f"+stage_modules.base={MODEL_STAGE}", "stages=[base,eval]", "eval.models=[base]", *SMALL]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           "29551", "-m", "parathink.stages.runner", "run", f"run_dir={run_dir}", *ovr],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "eval: running on 2 processes" in proc.stderr
+    one = tmp_path / "one"
+    assert runner.main_run([f"run_dir={one}", *ovr]) == 0
+    for set_name, n, k in (("easy", 5, 2), ("hard", 3, 3)):
+        two_rows = [json.loads(x) for x in (run_dir / "eval" / "base" / f"{set_name}.jsonl").read_text().splitlines()]
+        one_rows = [json.loads(x) for x in (one / "eval" / "base" / f"{set_name}.jsonl").read_text().splitlines()]
+        assert [r["id"] for r in two_rows] == [r["id"] for r in one_rows] and len(two_rows) == n
+        assert all(len(r["samples"]) == k for r in two_rows)
+        row = json.loads((run_dir / "eval" / "results.json").read_text())["stages"]["base"][set_name]
+        assert row["n_problems"] == n and row["n"] == n * k
+        assert row["accuracy"] == pytest.approx(sum(r["accuracy"] for r in two_rows) / n)

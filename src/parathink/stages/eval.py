@@ -15,12 +15,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from parathink import storage
+from parathink import distributed, storage
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
 
 MODES = ("causal", "structured")
 SET_KEYS = ("k",)  # keys of an eval set entry that are not problem-source keys
 SHARED_KEYS = ("data", "format", "seed")  # the model comes from the stages' outputs, hashed as inputs
+# Under torchrun every process samples its share of each set's problems; rank 0 writes the files.
+DATA_PARALLEL = True
 
 
 def active_sets(cfg: DictConfig) -> dict:
@@ -64,39 +66,51 @@ def _problems(spec: dict, seed: int) -> list[dict]:
 def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path, sets: dict) -> dict:
     import torch
 
-    from parathink.evaluation.evaluate import evaluate_set
+    from parathink.evaluation.evaluate import evaluate_set, summarize_set
     from parathink.evaluation.generators import engine_generator
     from parathink.modeling import load_model
 
     e = cfg.eval
+    procs = distributed.group()
     fingerprint = _model_hash(model_dir)
     rows, model, generate = {}, None, None
     for i, (set_name, spec) in enumerate(sets.items()):
         cache = ctx.work_dir / stage / f"{set_name}.jsonl"
         meta = cache.with_suffix(".summary.json")
-        if meta.exists() and json.loads(meta.read_text()).get("model_hash") == fingerprint and cache.exists():
+        reuse = meta.exists() and json.loads(meta.read_text()).get("model_hash") == fingerprint and cache.exists()
+        if procs.broadcast(reuse):  # rank 0's view of the shared scratch decides for every process
             rows[set_name] = json.loads(meta.read_text())["summary"]
-            print(f"[parathink] eval: {stage}/{set_name} reused from the interrupted attempt", file=sys.stderr)
+            if procs.is_main:
+                print(f"[parathink] eval: {stage}/{set_name} reused from the interrupted attempt", file=sys.stderr)
         else:
             if model is None:
                 torch.manual_seed(ctx.seed)
-                model, tokenizer = load_model(model_dir)
+                model, tokenizer = load_model(model_dir, device=distributed.device())  # a GPU when there is one
                 mode = str(e.get("mode_by_stage", {}).get(stage, e.mode))
                 generate, backend = engine_generator(
                     model, tokenizer, grammar=str(cfg.format), mode=mode, num_paths=int(e.num_paths),
                     temperature=float(e.sampling.temperature), top_p=float(e.sampling.top_p),
                     max_new_tokens=int(e.sampling.max_new_tokens), batch_size=int(e.batch_size),
-                    seed=ctx.seed * 1000 + i)
+                    seed=ctx.seed * 1000 + i + 7_919 * procs.rank)
+            # Under a multi-process launch each process samples every size-th problem; the results are put back
+            # in the set's order, so the summary and the files are those of the whole set.
             records, k = spec["records"], int(spec["k"])
-            bar = _bar(ctx, len(records) * k, f"eval {stage}/{set_name}")
-            problems, summary = evaluate_set(records, generate, k, grammar=str(cfg.format), tokenizer=tokenizer,
-                                             batch_problems=int(e.batch_problems), progress=bar)
+            mine = records[procs.rank::procs.size]
+            bar = _bar(ctx, len(mine) * k, f"eval {stage}/{set_name}") if procs.is_main else None
+            problems, _ = evaluate_set(mine, generate, k, grammar=str(cfg.format), tokenizer=tokenizer,
+                                       batch_problems=int(e.batch_problems), progress=bar)
             if bar is not None:
                 bar.close()
+            shares = procs.gather(problems)
+            problems = [shares[j % procs.size][j // procs.size] for j in range(len(records))]
+            summary = summarize_set(problems, k, str(cfg.format))
             summary["generator"] = backend
-            storage.write_text(cache, "".join(json.dumps(p) + "\n" for p in problems))
-            storage.write_text(meta, json.dumps({"model_hash": fingerprint, "summary": summary}))
+            if procs.is_main:
+                storage.write_text(cache, "".join(json.dumps(p) + "\n" for p in problems))
+                storage.write_text(meta, json.dumps({"model_hash": fingerprint, "summary": summary}))
             rows[set_name] = summary
+        if not procs.is_main:
+            continue
         out = ctx.out_dir / stage / f"{set_name}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(cache.read_bytes())
@@ -172,6 +186,8 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
         results["stages"][str(stage)] = _evaluate_stage(cfg, ctx, str(stage), model_dir, sets)
     if not results["stages"]:
         raise StageInputMissing(f"eval: none of {list(cfg.eval.models)} has published a model in this run")
+    if not distributed.group().is_main:
+        return {}  # rank 0 writes the results
     results["vs_start"] = vs_start(cfg, ctx.out_dir, results["stages"])
     (ctx.out_dir / "results.json").write_text(json.dumps(results, indent=1))
     return {f"{stage}.{s}.{key}": float(row[key]) for stage, sets_ in results["stages"].items()

@@ -58,9 +58,10 @@ def load_problem_sets(specs: Any, seed: int, limit: int | None) -> list[dict]:
 
 
 def _load(source: str, cfg: DictConfig):
+    from parathink.distributed import device
     from parathink.modeling import load_model
 
-    return load_model(source, device="cpu", dtype=cfg.model.get("dtype"))
+    return load_model(source, device=device(), dtype=cfg.model.get("dtype"))  # a GPU when there is one
 
 
 def make_backend(cfg: DictConfig, ctx: StageContext):
