@@ -9,7 +9,8 @@ hide the others; the exit status is 1 if any failed):
 - ``engine_tiny`` / ``engine_4b``: engine tokens/s against transformers' generate and the fork speedups of
   bench_engine.py, on the tiny model (fp32) and on the Qwen3-4B architecture with random weights (bf16).
 - ``stages``: ``parathink stage`` on CUDA from a run directory holding base, teacher and filter: sft in bf16,
-  sft under DeepSpeed ZeRO-2 (one process), rl_easy and grpo_baseline with bf16 mixed precision, eval.
+  sft and grpo_baseline under DeepSpeed ZeRO-2 (one process), rl_easy and grpo_baseline with bf16 mixed
+  precision, eval (on the GPU since eval loads onto the process's device).
 
 Usage on the GPU machine (dependencies carried as wheels, see README "GPU checks"):
     python benchmarks/gpu_check.py --run-dir .gpu/run [--quick]
@@ -174,6 +175,10 @@ def stages(src: Path, quick: bool) -> dict:
         ("deepspeed", "sft", ["sft.precision=bf16", "sft.max_steps=20",
                               f"sft.deepspeed={ROOT / 'hydra_conf/deepspeed/zero2.json'}"],
          {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}),
+        ("deepspeed", "grpo_baseline", ["grpo_baseline.mixed_precision=bf16", f"grpo_baseline.steps={steps}",
+                                        "grpo_baseline.old_logprobs=recompute", "grpo_baseline.probe_prompts=16",
+                                        f"grpo_baseline.deepspeed={ROOT / 'hydra_conf/deepspeed/zero2.json'}"],
+         {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}),
     ]
     for run, name, overrides, env in plan:
         key = f"{run}/{name}"
