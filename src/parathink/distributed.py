@@ -80,8 +80,10 @@ class Group:
         dist.all_gather_object(out, obj, group=self.handle)
         return out
 
-    def sum(self, value: float) -> float:
-        return float(sum(self.gather(float(value))))
+    def sums(self, *values: float) -> tuple[float, ...]:
+        """Each of ``values`` summed over the processes, in one exchange."""
+        parts = self.gather(tuple(float(v) for v in values))
+        return tuple(float(sum(col)) for col in zip(*parts))
 
     def any(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on one: keeps the ranks' control flow identical."""

@@ -203,7 +203,7 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
     if not procs.is_main:
         procs.barrier()  # rank 0 prepares the scratch (it may discard a stale one)
         if on_every_rank:
-            _run_on_other_rank(cfg, name, module, rundir)
+            _run_on_other_rank(cfg, name, module, rundir, procs.rank)
         procs.barrier()  # rank 0 publishes
         return {"stage": name, "status": "ran"}
     work, attempt = _prepare_work_dir(rundir, name, chash)
@@ -254,10 +254,10 @@ def _call(module: ModuleType, cfg: DictConfig, ctx: StageContext) -> dict:
         _torch_threads(threads if threads is not None else _default_threads())
 
 
-def _run_on_other_rank(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir) -> None:
+def _run_on_other_rank(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, rank: int) -> None:
     """A data-parallel stage on a rank other than 0: the same scratch (checkpoints are loaded by every rank),
     its own throw-away output folder, no tracking, no manifest."""
-    tmp = rundir.local / ".tmp" / f"{name}.rank{distributed.rank()}"
+    tmp = rundir.local / ".tmp" / f"{name}.rank{rank}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     ctx = StageContext(name=name, out_dir=tmp, work_dir=rundir.work_dir(name), seed=int(cfg.seed),

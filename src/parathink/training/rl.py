@@ -187,13 +187,17 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     old = _pad([torch.as_tensor(r.sample.logprobs, dtype=torch.float32) for r in rollouts]).to(device)  # [B, T]
     mask = _pad([torch.as_tensor(r.sample.loss_mask, dtype=torch.float32) for r in rollouts]).to(device)  # [B, T]
     adv = torch.tensor([r.advantage for r in rollouts], dtype=torch.float32, device=device)  # [B]
-    kept_tokens = procs.sum(float(mask.sum()))
-    normaliser = max(1.0, procs.sum(NORMALISERS[cfg.loss_agg](mask) if rollouts else 0.0))
+    # Sums over every process in one exchange: kept tokens, the loss's normaliser, and -sum(log pi) for entropy.
+    kept_tokens, normaliser, neg_logp = procs.sums(
+        mask.sum(), NORMALISERS[cfg.loss_agg](mask) if rollouts else 0.0, -(old * mask).sum())
+    normaliser = max(1.0, normaliser)
+
+    def chunks(index: list[int]) -> list[list[int]]:
+        return [index[i:i + cfg.micro_batch_size] for i in range(0, len(index), cfg.micro_batch_size)]
 
     def micro_batches(index: list[int]):
         """(positions as a tensor, their samples) for each no-grad micro-batch of the rollouts at ``index``."""
-        for i in range(0, len(index), cfg.micro_batch_size):
-            part = index[i:i + cfg.micro_batch_size]
+        for part in chunks(index):
             yield torch.tensor(part, device=device), [rollouts[k].sample for k in part]
 
     ref = None
@@ -209,7 +213,7 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     active = [k for k, r in enumerate(rollouts) if r.advantage != 0.0 or ref is not None]
     # Entropy as the Monte-Carlo estimate -E[log pi(token)] over the sampled tokens (exact in expectation when
     # sampling at T=1, top_p=1): computing it from the logits under autograd doubled the update's time.
-    entropy = procs.sum(float(-(old * mask).sum())) / max(1.0, kept_tokens)
+    entropy = neg_logp / max(1.0, kept_tokens)
     drift = float("nan")
     if cfg.old_logprobs == "recompute" and procs.any(bool(active)):
         # The ratio's denominator from the training forward itself, on the very micro-batches the update runs, so
@@ -221,13 +225,13 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
                 logp = policy_logprobs(engine, model, samples)  # [b, t]
                 old[part, :logp.shape[1]] = logp.float()
         kept = mask[active]
-        gap = float(((old - engine_old)[active].abs() * kept).sum()) if active else 0.0
-        drift = procs.sum(gap) / max(1.0, procs.sum(float(kept.sum())))
+        gap, counted = procs.sums(((old - engine_old)[active].abs() * kept).sum() if active else 0.0, kept.sum())
+        drift = gap / max(1.0, counted)
     # Every process must run as many backward passes as the collectives inside them expect: under DDP at least
     # one (the pass's last all-reduces), under DeepSpeed ZeRO-2 exactly as many as the busiest process (each
     # backward reduce-scatters). A process short of them runs a rollout it sampled with its loss mask zeroed:
     # zero loss, zero gradient, the same collectives.
-    batches = [active[i:i + cfg.micro_batch_size] for i in range(0, len(active), cfg.micro_batch_size)]
+    batches = chunks(active)
     need = max(procs.gather(len(batches))) if deepspeed else (1 if procs.size > 1 else 0)
     if len(batches) < need:
         rollouts = rollouts + [dataclasses.replace(batch.all_rollouts[0], advantage=0.0)]
@@ -273,8 +277,9 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     model.eval()
     n = cfg.updates_per_step
     tok = max(1.0, n * kept_tokens)  # every pass counts every kept token, the inactive ones too
-    return {"loss": procs.sum(totals["loss"]) / n, "clip_frac": procs.sum(totals["clipped"]) / tok, "entropy": entropy,
-            "kl": procs.sum(totals["kl"]) / tok if ref_model is not None else float("nan"),
+    loss, clipped, kl = procs.sums(totals["loss"], totals["clipped"], totals["kl"])
+    return {"loss": loss / n, "clip_frac": clipped / tok, "entropy": entropy,
+            "kl": kl / tok if ref_model is not None else float("nan"),
             "grad_norm": totals["grad_norm"] / n, "lr": scheduler.get_last_lr()[0], "old_logprob_drift": drift}
 
 
