@@ -113,3 +113,16 @@ def group() -> Group:
     _GROUP = Group(rank=dist.get_rank(), size=dist.get_world_size(),
                    handle=dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT))
     return _GROUP
+
+
+def finish() -> None:
+    """Leave the launch's group once every process is done: a process that exits while the others still talk
+    (all stages skipped: its part ends at once) aborts in gloo's teardown otherwise."""
+    global _GROUP
+    if _GROUP is None or _GROUP.size == 1:
+        return
+    import torch.distributed as dist
+
+    _GROUP.barrier()
+    dist.destroy_process_group()
+    _GROUP = None

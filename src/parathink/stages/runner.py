@@ -289,7 +289,9 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     procs = distributed.group()  # one process: the identity; under torchrun: joins the processes here
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"), process_rank=procs.rank)
     if not procs.is_main:  # rank 0 alone writes run.json and tracks
-        return {name: run_stage(cfg, name, modules[name], rundir, CurriculumTracking(cfg), procs) for name in names}
+        records = {name: run_stage(cfg, name, modules[name], rundir, CurriculumTracking(cfg), procs) for name in names}
+        distributed.finish()
+        return records
     meta = rundir.read_run()
     meta.setdefault("experiment", str(cfg.experiment_name))
     meta.setdefault("created", time.time())
@@ -306,6 +308,7 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
         status = "FINISHED"
     finally:
         tracking.run_finished(rundir, status=status)
+    distributed.finish()
     return records
 
 
