@@ -112,6 +112,9 @@ def group() -> Group:
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     _GROUP = Group(rank=dist.get_rank(), size=dist.get_world_size(),
                    handle=dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT))
+    import atexit
+
+    atexit.register(finish)  # whoever joined (the runner, or train() called directly) leaves together
     return _GROUP
 
 
