@@ -113,8 +113,16 @@ def group() -> Group:
     _GROUP = Group(rank=dist.get_rank(), size=dist.get_world_size(),
                    handle=dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT))
     import atexit
+    import sys
 
-    atexit.register(finish)  # whoever joined (the runner, or train() called directly) leaves together
+    atexit.register(finish)  # whoever joined (the runner, or train() called directly) leaves together...
+    previous_hook = sys.excepthook
+
+    def leave_alone_on_error(*exc_info):  # ...unless it is dying of an uncaught exception: see abandon()
+        abandon()
+        previous_hook(*exc_info)
+
+    sys.excepthook = leave_alone_on_error
     return _GROUP
 
 
@@ -128,4 +136,11 @@ def finish() -> None:
 
     _GROUP.barrier()
     dist.destroy_process_group()
+    _GROUP = None
+
+
+def abandon() -> None:
+    """A failing process leaves without waiting for the others: they may be inside a collective it will never
+    join, so a closing barrier would hang it (and the launch) forever; torchrun stops them once it exits."""
+    global _GROUP
     _GROUP = None

@@ -1,5 +1,6 @@
 """A stage for the multi-process runner test: records which process ran it; with ``collective`` set it is
-data-parallel and sums the processes' ranks through the launch's process group, as a training stage would."""
+data-parallel and sums the processes' ranks through the launch's process group, as a training stage would; with
+``fail_rank`` set that process raises before the collective, leaving the other inside it."""
 
 import json
 import os
@@ -13,6 +14,8 @@ def run(cfg, ctx):
     with open(section.calls, "a") as f:
         f.write(json.dumps({"stage": ctx.name, "rank": rank}) + "\n")
     value = int((ctx.input(section.input) / "value.txt").read_text()) if section.get("input") else 0
+    if section.get("fail_rank") == rank:
+        raise RuntimeError(f"rank {rank} fails on purpose")
     if section.get("collective"):
         import torch.distributed as dist
 

@@ -116,6 +116,26 @@ def test_a_torchrun_launch_runs_data_parallel_stages_on_every_process_and_the_re
     assert proc.stderr.count("skipped (up to date)") == 3  # said once, by rank 0
 
 
+def test_a_process_failing_under_torchrun_ends_the_launch_instead_of_hanging_it(tmp_path):
+    """Rank 0 fails while rank 1 waits inside a collective it will never join: rank 0 must exit at once (no closing
+    barrier) so that torchrun stops rank 1; the launch fails within the timeout and publishes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    here = Path(__file__).parent
+    run, calls = tmp_path / "run", tmp_path / "calls.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547",
+         "-m", "parathink.stages.runner", "run", f"run_dir={run}", "tracking=none", "stages=[par]",
+         f"+stage_modules.par={here / 'rank_stage_parallel.py'}", f"+par.calls={calls}", "+par.collective=true",
+         "+par.fail_rank=0"],
+        capture_output=True, text=True, timeout=180, env=dict(os.environ, CI="true", OMP_NUM_THREADS="1"))
+    assert proc.returncode != 0
+    assert "rank 0 fails on purpose" in proc.stderr
+    assert not (run / "par").exists()
+
+
 def test_a_bad_world_size_is_one_line(curriculum, capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "two")
     assert runner.main_run(curriculum.overrides()) == 2

@@ -314,6 +314,13 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
 
 def _guard(fn) -> int:
     """Map exceptions to exit codes and one-line messages (tracebacks only for real bugs)."""
+    code = _exit_code(fn)
+    if code != EXIT_OK:
+        distributed.abandon()  # a failed process does not wait at exit for the others (see distributed.abandon)
+    return code
+
+
+def _exit_code(fn) -> int:
     try:
         fn()
         return EXIT_OK
