@@ -105,7 +105,8 @@ def test_a_torchrun_launch_runs_data_parallel_stages_on_every_process_and_the_re
     ran = [json.loads(line) for line in calls.read_text().splitlines()]
     assert sorted((c["stage"], c["rank"]) for c in ran) == [("last", 0), ("par", 0), ("par", 1), ("solo", 0)]
     assert [(run / s / "value.txt").read_text() for s in ("solo", "par", "last")] == ["10", "23", "33"]
-    assert manifest(run, "par")["metrics"] == {"rank": 0.0}  # rank 0's manifest, written once
+    metrics = manifest(run, "par")["metrics"]  # rank 0's manifest, written once
+    assert metrics["rank"] == 0.0 and set(metrics) == {"rank", "peak_rss_mb"} and metrics["peak_rss_mb"] > 10
     assert set(json.loads((run / "run.json").read_text())["stages"]) == {"solo", "par", "last"}
     assert proc.stderr.count("par: running on 2 processes") == 1 and "solo: running (" in proc.stderr
     assert not list((run / ".tmp").iterdir()) and not list((run / ".work").iterdir())

@@ -468,22 +468,12 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     summary = summarise(_read_metrics(metrics_path))
     if probe:
         summary.update(probe_summary(probe_start, probe_end, reward_fn, grammar, step))
-    summary["peak_rss_mb"] = _peak_rss_mb()
     summary["processes"] = float(procs.size)
     return summary
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # bookkeeping
-
-
-def _peak_rss_mb() -> float:
-    """Peak resident memory of this process (the 4 GB target of the tiny stages), in MB."""
-    import resource
-    import sys
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KB on Linux
 
 
 def _jsonable(record: dict) -> dict:
