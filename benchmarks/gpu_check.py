@@ -160,7 +160,7 @@ def stages(src: Path, quick: bool) -> dict:
     out: dict = {}
     work = Path("/tmp/parathink-gpu")
     shutil.rmtree(work, ignore_errors=True)
-    runs = {k: work / k for k in ("bf16", "deepspeed")}
+    runs = {k: work / k for k in ("bf16", "deepspeed", "zero3")}
     for d in runs.values():
         shutil.copytree(src, d)
     steps = "3" if quick else "8"
@@ -179,6 +179,11 @@ def stages(src: Path, quick: bool) -> dict:
                                         "grpo_baseline.old_logprobs=recompute", "grpo_baseline.probe_prompts=16",
                                         f"grpo_baseline.deepspeed={ROOT / 'hydra_conf/deepspeed/zero2.json'}"],
          {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}),
+        # ZeRO-3: the model built partitioned, the engine's whole copy synced after each step.
+        ("zero3", "grpo_baseline", ["grpo_baseline.mixed_precision=bf16", f"grpo_baseline.steps={steps}",
+                                    "grpo_baseline.old_logprobs=recompute", "grpo_baseline.probe_prompts=16",
+                                    f"grpo_baseline.deepspeed={ROOT / 'hydra_conf/deepspeed/zero3.json'}"],
+         {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29513"}),
     ]
     for run, name, overrides, env in plan:
         key = f"{run}/{name}"

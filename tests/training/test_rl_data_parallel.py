@@ -1,5 +1,6 @@
-"""Data-parallel RL on two real processes (torchrun, gloo on CPU): the update over each process's share of a step
-equals the one-process update over the whole step, and a stage launched under torchrun trains and publishes once."""
+"""Data-parallel RL on two real processes (torchrun, gloo on CPU; DDP, DeepSpeed ZeRO-2 and ZeRO-3): the update over
+each process's share of a step equals the one-process update over the whole step, a stage launched under torchrun
+trains and publishes once, and a killed run resumes exactly."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_rl_loop import _cfg, _sampled_batch, _test_rewards, ckpt  # noqa: F401  (fixtures: the tiny checkpoint, the test reward)
+from test_rl_loop import _cfg, _sampled_batch, _test_rewards, assert_trained, ckpt  # noqa: F401  (fixtures: the tiny checkpoint, the test reward)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 UPDATE_SCRIPT = """
-import importlib.util, json, sys, torch
+import contextlib, importlib.util, json, sys, torch
 from parathink import distributed
 procs = distributed.group()  # joins the two processes before accelerate, as train() does
 from accelerate import Accelerator
@@ -45,7 +46,13 @@ sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
 wrapped, opt, sched = accelerator.prepare(model, opt, sched)
 assert type(wrapped).__name__ == ("DistributedDataParallel" if ds is None else "DeepSpeedEngine"), type(wrapped)
 stats = update(accelerator, wrapped, None, engine, opt, sched, StepBatch(rollouts=mine, all_rollouts=mine), cfg, procs)
-delta = {n: (p.detach() - before[n]).tolist() for n, p in model.named_parameters()}
+whole = contextlib.nullcontext()
+if ds is not None and "zero3" in ds:  # each process holds a slice of every parameter: gather them to compare
+    import deepspeed
+    assert any(p.numel() == 0 for p in model.parameters())  # sharded indeed: this process holds slices
+    whole = deepspeed.zero.GatheredParameters(list(model.parameters()))
+with whole:
+    delta = {n: (p.detach() - before[n]).tolist() for n, p in model.named_parameters()}
 json.dump({"delta": delta, "stats": stats}, open(f"{sys.argv[3]}.{procs.rank}.json", "w"))
 """
 
@@ -56,18 +63,23 @@ def torchrun(*args: str, port: int, timeout: int = 240) -> subprocess.CompletedP
                           env={**os.environ, "OMP_NUM_THREADS": "1", "CI": "true", "DS_ACCELERATOR": "cpu"})
 
 
-def zero2_json(tmp_path: Path) -> Path:
-    """The shipped ZeRO-2 file, allowed the test's plain SGD (DeepSpeed vets optimisers it has not tested)."""
-    ds = json.loads((ROOT / "hydra_conf" / "deepspeed" / "zero2.json").read_text())
-    path = tmp_path / "zero2.json"
+def shipped(launch: str) -> str:
+    """The launch's ``<stage>.deepspeed`` value: null for DDP, else the shipped ZeRO file."""
+    return "null" if launch == "ddp" else str(ROOT / "hydra_conf" / "deepspeed" / f"{launch}.json")
+
+
+def sgd_json(tmp_path: Path, launch: str) -> Path:
+    """The shipped ZeRO file, allowed the test's plain SGD (DeepSpeed vets optimisers it has not tested)."""
+    ds = json.loads(Path(shipped(launch)).read_text())
+    path = tmp_path / f"{launch}.json"
     path.write_text(json.dumps({**ds, "zero_allow_untested_optimizer": True}))
     return path
 
 
-@pytest.mark.parametrize("launch, port", [("ddp", 29531), ("zero2", 29536)])
+@pytest.mark.parametrize("launch, port", [("ddp", 29531), ("zero2", 29536), ("zero3", 29561)])
 def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path, launch, port):
     """SGD at lr 1 on the two processes' shares (process 0's group all flat, so it trains on zero-weight rows
-    only: one for DDP, as many micro-batches as process 1 for ZeRO-2) against SGD on the whole batch in one
+    only: one for DDP, as many micro-batches as process 1 for ZeRO-2/3) against SGD on the whole batch in one
     process: the same parameters after the step, the same logged loss and entropy."""
     from accelerate import Accelerator
 
@@ -77,7 +89,7 @@ def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path, launch
 
     script = tmp_path / "ddp_update.py"
     script.write_text(UPDATE_SCRIPT)
-    ds = "ddp" if launch == "ddp" else str(zero2_json(tmp_path))
+    ds = "ddp" if launch == "ddp" else str(sgd_json(tmp_path, launch))
     proc = torchrun(str(script), str(HERE / "test_rl_loop.py"), str(ckpt), str(tmp_path / "out"), ds, port=port)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in (0, 1)]
@@ -100,9 +112,9 @@ def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path, launch
         assert abs(r["stats"]["loss"] - stats["loss"]) < 1e-6 and abs(r["stats"]["entropy"] - stats["entropy"]) < 1e-6
 
 
-@pytest.mark.parametrize("launch, port", [("ddp", 29532), ("zero2", 29537)])
+@pytest.mark.parametrize("launch, port", [("ddp", 29532), ("zero2", 29537), ("zero3", 29562)])
 def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt, tmp_path, launch, port):
-    """`parathink stage grpo_baseline` on two processes, under DDP or ZeRO-2 (with its AdamW and a step-2
+    """`parathink stage grpo_baseline` on two processes, under DDP, ZeRO-2 or ZeRO-3 (with its AdamW and a step-2
     checkpoint): the probe's and the step's rollouts are the two processes' shares gathered, one manifest and
     one metrics file are written, the scratch is cleared."""
     import shutil
@@ -113,7 +125,7 @@ def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt
     proc = torchrun("-m", "parathink.stages.runner", "stage", s, f"run_dir={run}", "tracking=none",
                     f"{s}.steps=3", f"{s}.prompts_per_step=4", f"{s}.group_size=2", f"{s}.token_budget=100",
                     f"{s}.problems.n=16", f"{s}.checkpoint_every=2", f"{s}.probe_prompts=3", f"{s}.max_minutes=0",
-                    f"{s}.deepspeed={ROOT / 'hydra_conf' / 'deepspeed' / 'zero2.json' if launch == 'zero2' else 'null'}",
+                    f"{s}.deepspeed={shipped(launch)}",
                     port=port)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{s}: running on 2 processes" in proc.stderr
@@ -131,16 +143,20 @@ def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt
 RESUME_SCRIPT = """
 import importlib.util, sys, torch
 from parathink import distributed
+from parathink.rewards import register
 distributed.group()
 spec = importlib.util.spec_from_file_location("rl_loop", sys.argv[1])
 loop = importlib.util.module_from_spec(spec); spec.loader.exec_module(loop)
 torch.set_num_threads(1)
-cfg = loop._cfg(reward="scaffold", scaffold_steps=2, probe_prompts=4, deepspeed=None if sys.argv[5] == "ddp" else sys.argv[5])
-loop._train(cfg, sys.argv[3], sys.argv[2], tracker=loop._KillAt(4) if sys.argv[4] == "kill" else None)
+register("test_digits")(loop._digits)  # varies within groups: every step trains
+cfg = loop._cfg(probe_prompts=4, deepspeed=None if sys.argv[5] == "ddp" else sys.argv[5])
+summary = loop._train(cfg, sys.argv[3], sys.argv[2], tracker=loop._KillAt(4) if sys.argv[4] == "kill" else None)[1]
+if distributed.group().is_main:
+    print("resumed_from_step", summary["resumed_from_step"])
 """
 
 
-@pytest.mark.parametrize("launch, port", [("ddp", 29533), ("zero2", 29543)])
+@pytest.mark.parametrize("launch, port", [("ddp", 29533), ("zero2", 29543), ("zero3", 29563)])
 def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path, launch, port):
     """Rank 0 dies in step 4, after the step-2 checkpoint (torchrun then stops rank 1); the relaunch resumes both
     processes from it and ends with the weights and per-step rewards of an uninterrupted two-process run."""
@@ -148,7 +164,7 @@ def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path, launch, port):
 
     script = tmp_path / "ddp_resume.py"
     script.write_text(RESUME_SCRIPT)
-    ds = "ddp" if launch == "ddp" else str(ROOT / "hydra_conf" / "deepspeed" / "zero2.json")
+    ds = "ddp" if launch == "ddp" else shipped(launch)
     common = (str(script), str(HERE / "test_rl_loop.py"), str(ckpt))
     assert torchrun(*common, str(tmp_path / "a"), "straight", ds, port=port).returncode == 0
     assert torchrun(*common, str(tmp_path / "b"), "kill", ds, port=port + 1).returncode != 0
@@ -158,10 +174,12 @@ def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path, launch, port):
         assert {"random_states_0.pkl", "random_states_1.pkl"} <= {f.name for f in saved.iterdir()}
     proc = torchrun(*common, str(tmp_path / "b"), "straight", ds, port=port + 2)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed_from_step 2.0" in proc.stdout  # a restart from scratch would end the same way
     a = load_file(str(tmp_path / "a" / "rl_test" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "b" / "rl_test" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_trained(ckpt, a)
     rows = [[json.loads(x) for x in (tmp_path / run / "rl_test" / "metrics.jsonl").read_text().splitlines()]
             for run in ("a", "b")]
-    assert [r["step"] for r in rows[1]] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows[1]] == [1, 2, 3, 4] and all(r["rollouts_trained"] > 0 for r in rows[0])
     assert [r["reward_mean"] for r in rows[0]] == [r["reward_mean"] for r in rows[1]]

@@ -29,7 +29,8 @@ of the step's problems with its own sampling stream; the scores of every process
 drops and metrics are those of the whole step; the loss is normalised by the whole step's token count; and every
 process runs the backward passes the collectives expect (a process short of them runs zero-weight rows), so the
 averaged gradient is the whole step's. ``<stage>.deepspeed`` adds ZeRO-1/2 (gradients and optimiser state
-sharded, parameters whole for the engine); FSDP and ZeRO-3 are refused (``check_launch`` says why).
+sharded, parameters whole for the engine) or ZeRO-3 (parameters sharded too: the engine samples with a full copy
+that ``sync_policy`` refreshes once per step, see ``sampling_policy``). FSDP is refused (``check_launch`` says why).
 """
 
 from __future__ import annotations
@@ -214,23 +215,10 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     # Entropy as the Monte-Carlo estimate -E[log pi(token)] over the sampled tokens (exact in expectation when
     # sampling at T=1, top_p=1): computing it from the logits under autograd doubled the update's time.
     entropy = neg_logp / max(1.0, kept_tokens)
-    drift = float("nan")
-    if cfg.old_logprobs == "recompute" and procs.any(bool(active)):
-        # The ratio's denominator from the training forward itself, on the very micro-batches the update runs, so
-        # that the first pass starts at ratio 1 whatever precision the engine sampled in; the mean gap to the
-        # engine's log-probs is logged (the training-inference mismatch).
-        engine_old = old.clone()
-        with torch.no_grad():
-            for part, samples in micro_batches(active):
-                logp = policy_logprobs(engine, model, samples)  # [b, t]
-                old[part, :logp.shape[1]] = logp.float()
-        kept = mask[active]
-        gap, counted = procs.sums(((old - engine_old)[active].abs() * kept).sum() if active else 0.0, kept.sum())
-        drift = gap / max(1.0, counted)
-    # Every process must run as many backward passes as the collectives inside them expect: under DDP at least
-    # one (the pass's last all-reduces), under DeepSpeed ZeRO-2 exactly as many as the busiest process (each
-    # backward reduce-scatters). A process short of them runs a rollout it sampled with its loss mask zeroed:
-    # zero loss, zero gradient, the same collectives.
+    # Every process must run as many passes as the collectives inside them expect: under DDP at least one backward
+    # (the pass's last all-reduces), under DeepSpeed exactly as many as the busiest process (each ZeRO backward
+    # reduce-scatters; each ZeRO-3 forward, with or without grad, gathers the parameters). A process short of them
+    # runs a rollout it sampled with its loss mask zeroed: zero loss, zero gradient, the same collectives.
     batches = chunks(active)
     need = max(procs.gather(len(batches))) if deepspeed else (1 if procs.size > 1 else 0)
     if len(batches) < need:
@@ -240,6 +228,19 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
         ref = None if ref is None else _zero_row(ref, width)
         adv = torch.cat([adv, adv.new_zeros(1)])
         batches += [[len(rollouts) - 1]] * (need - len(batches))
+    drift = float("nan")
+    if cfg.old_logprobs == "recompute" and procs.any(bool(active)):
+        # The ratio's denominator from the training forward itself, on the very micro-batches the update runs, so
+        # that the first pass starts at ratio 1 whatever precision the engine sampled in; the mean gap to the
+        # engine's log-probs is logged (the training-inference mismatch).
+        engine_old = old.clone()
+        with torch.no_grad():
+            for index in batches:
+                logp = policy_logprobs(engine, model, [rollouts[i].sample for i in index])  # [b, t]
+                old[torch.tensor(index, device=device), :logp.shape[1]] = logp.float()
+        kept = mask[active]
+        gap, counted = procs.sums(((old - engine_old)[active].abs() * kept).sum() if active else 0.0, kept.sum())
+        drift = gap / max(1.0, counted)
     model.train()
     for _ in range(cfg.updates_per_step):
         bad = False
@@ -342,9 +343,10 @@ def deepspeed_plugin(cfg: RLConfig):
 def check_launch(accelerator, cfg: RLConfig, stage: str) -> None:
     """Refuse a launch the loop would get wrong, before any rollout.
 
-    FSDP and ZeRO-3 shard the parameters the engine samples with (every decoded token would gather them);
-    DeepSpeed from an accelerate config file bypasses the batch settings ``deepspeed_plugin`` makes. DDP and
-    ZeRO-1/2 from ``<stage>.deepspeed`` are what the loop implements; the step's problems are split evenly.
+    DeepSpeed from an accelerate config file bypasses the batch settings ``deepspeed_plugin`` makes. FSDP is
+    refused: accelerate turns it on only on accelerators, so that path cannot be tested on the CPU machines this
+    project is built on; ZeRO-3 (``hydra_conf/deepspeed/zero3.json``) shards the parameters the same way and is.
+    DDP and ZeRO-1/2/3 from ``<stage>.deepspeed`` are what the loop implements; the step's problems are split evenly.
     """
     from accelerate.utils import DistributedType
 
@@ -352,13 +354,49 @@ def check_launch(accelerator, cfg: RLConfig, stage: str) -> None:
 
     kind = accelerator.distributed_type
     if kind == DistributedType.FSDP or (kind == DistributedType.DEEPSPEED and not cfg.deepspeed):
-        raise ConfigError(f"{stage}: RL stages run under DDP or DeepSpeed ZeRO-1/2 set by {stage}.deepspeed, got "
-                          f"{kind.value} from the launcher; launch `parathink stage {stage}` with torchrun or a "
-                          "plain multi-GPU accelerate config")
+        raise ConfigError(f"{stage}: RL stages run under DDP or DeepSpeed ZeRO set by {stage}.deepspeed (ZeRO-3 "
+                          f"shards parameters as FSDP does), got {kind.value} from the launcher; launch `parathink "
+                          f"stage {stage}` with torchrun or a plain multi-GPU accelerate config")
     processes = distributed.group().size  # not accelerator.num_processes: 1 under DeepSpeed on CPU
     if cfg.prompts_per_step % processes:
         raise ConfigError(f"{stage}.prompts_per_step={cfg.prompts_per_step}: must be a multiple of the "
                           f"{processes} processes, each samples an equal share of the step's problems")
+
+
+def zero_stage(cfg: RLConfig) -> int:
+    """The ZeRO stage ``cfg.deepspeed`` asks for (0 without DeepSpeed)."""
+    if not cfg.deepspeed:
+        return 0
+    return int((json.loads(Path(cfg.deepspeed).read_text(encoding="utf-8")).get("zero_optimization") or {}).get("stage", 0))
+
+
+def sampling_policy(accelerator, model, whole_copy):
+    """The module the engine samples with, and the one the stage publishes.
+
+    Under DDP and ZeRO-1/2 it is the training model itself: every process holds all its parameters, so the engine
+    sees each update at once. Under ZeRO-3 a process holds a slice of each parameter; sampling through the
+    training model would gather every layer for every decoded token. The engine gets ``whole_copy`` instead (one
+    more model's parameters in memory), which ``sync_policy`` refreshes after each optimiser step: one gather
+    per step.
+    """
+    if whole_copy is None:
+        return accelerator.unwrap_model(model)
+    policy = whole_copy.to(accelerator.device)
+    sync_policy(model, policy)
+    return policy
+
+
+@torch.no_grad()
+def sync_policy(model, policy) -> None:
+    """Copy the ZeRO-3 training model's parameters into the engine's whole copy. One parameter is gathered at a
+    time, so at most one extra parameter is whole at once; every process gathers in the same order (each gather
+    is a collective)."""
+    import deepspeed
+
+    trained = dict(model.module.named_parameters())
+    for name, p in policy.named_parameters():
+        with deepspeed.zero.GatheredParameters([trained[name]]):
+            p.copy_(trained[name])
 
 
 def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model_cfg=None) -> dict[str, float]:
@@ -371,6 +409,15 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     from parathink.rewards import get_reward
 
     procs = distributed.group()  # before accelerate: it reuses the process group this joins
+    dtype = model_cfg.get("dtype", "float32") if model_cfg is not None else "float32"
+
+    def whole():  # a frozen model every process holds all of: the reference, and the engine's copy under ZeRO-3
+        return load_model(init_dir, dtype=dtype)[0].eval().requires_grad_(False)
+
+    # Loaded before DeepSpeed is configured: under ZeRO-3 transformers builds every model loaded after that
+    # partitioned (deepspeed.zero.Init), as it should the training model below.
+    ref_model = whole() if cfg.kl_coef > 0 else None
+    whole_copy = whole() if zero_stage(cfg) == 3 else None
     plugin = deepspeed_plugin(cfg)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, deepspeed_plugin=plugin,
                               cpu=plugin is None and not torch.cuda.is_available())
@@ -378,16 +425,15 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     reward_fn = get_reward(cfg.reward, **cfg.reward_params)
-    dtype = model_cfg.get("dtype", "float32") if model_cfg is not None else "float32"
-    model, tokenizer = load_model(init_dir, dtype=dtype)
+    model, tokenizer = load_model(init_dir, dtype=dtype)  # under ZeRO-3 built partitioned
     problems = setup_problems(cfg, tokenizer, ctx.seed, stage)  # before any rollout: budget errors first
-    ref_model = load_model(init_dir, dtype=dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
 
     optimizer, scheduler = build_optimizer(model, cfg)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
-    policy = accelerator.unwrap_model(model)
+    policy = sampling_policy(accelerator, model, whole_copy)
+    sync = (lambda: sync_policy(model, policy)) if whole_copy is not None else (lambda: None)
     engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths, min_fork_budget=cfg.min_fork_budget)
 
     metrics_path = Path(ctx.work_dir) / "metrics.jsonl"
@@ -396,12 +442,14 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     if ckpt is not None:
         state = rl_checkpoint.load(accelerator, ckpt)
         start, nan_run = int(state["step"]), int(state.get("nan_run", 0))
+        sync()  # ZeRO-3: the engine's copy takes the checkpoint's weights
         if procs.is_main:
             _truncate_metrics(metrics_path, start)
     elif metrics_path.exists() and procs.is_main:
         metrics_path.unlink()
     ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k != "extra"})
 
+    resumed_from = start
     began = time.perf_counter()
     probe, probe_start = [], []
     if cfg.probe_prompts:
@@ -439,6 +487,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
                                      StepBatch(rollouts=mine_kept, all_rollouts=local), cfg, procs))
             except FloatingPointError as e:
                 skipped = f"NaN loss ({e})"
+            sync()  # ZeRO-3: the engine's copy takes the step's update (a no-op otherwise)
         t2 = time.perf_counter()
         nan_run = nan_run + 1 if skipped else 0
         gen_tokens = sum(r.n_tokens for r in everyone)
@@ -462,13 +511,14 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     probe_end = run_probe(engine, probe, cfg, grammar, ctx.seed, procs) if probe else []
     if not procs.is_main:
         return {}
-    save_model(accelerator.unwrap_model(model), tokenizer, Path(ctx.out_dir) / "model")
+    save_model(policy, tokenizer, Path(ctx.out_dir) / "model")  # whole on rank 0 under ZeRO-3 too (the synced copy)
     if metrics_path.exists():
         (Path(ctx.out_dir) / "metrics.jsonl").write_text(metrics_path.read_text(encoding="utf-8"), encoding="utf-8")
     summary = summarise(_read_metrics(metrics_path))
     if probe:
         summary.update(probe_summary(probe_start, probe_end, reward_fn, grammar, step))
     summary["processes"] = float(procs.size)
+    summary["resumed_from_step"] = float(resumed_from)  # 0: a fresh start
     return summary
 
 

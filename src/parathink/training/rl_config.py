@@ -71,8 +71,9 @@ class RLConfig:
     # stage reports its training reward before and after on the same problems and draws; 0 = off.
     probe_prompts: int = 0
     mixed_precision: str = "no"  # accelerate's mixed precision
-    # DeepSpeed JSON (ZeRO stage 0-2) for a multi-GPU launch: shards gradients and optimiser state (stage 2), the
-    # parameters stay whole for the engine. null = DDP under torchrun, or one process.
+    # DeepSpeed JSON for a multi-GPU launch: ZeRO-1/2 shard optimiser state and gradients (the engine samples with
+    # the whole parameters every process keeps); ZeRO-3 shards the parameters too, and the engine then samples
+    # with a full copy refreshed once per step. null = DDP under torchrun, or one process.
     deepspeed: str | None = None
     # Where the ratio's old log-probs come from: the engine's sampling pass (free), or a no-grad pass of the
     # training forward before the update (one more forward). With bf16 the two differ (measured on an H200:
@@ -171,10 +172,9 @@ class RLConfig:
             raise ValueError(f"{where}: cannot read it ({e.strerror})") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"{where}: not JSON ({e.msg} at line {e.lineno})") from None
-        zero = int((ds.get("zero_optimization") or {}).get("stage", 0))
-        if zero > 2:
-            raise ValueError(f"{where}: ZeRO stage {zero} shards the parameters the engine samples with; use "
-                             "stage 1 or 2 (hydra_conf/deepspeed/zero2.json)")
+        zero = (ds.get("zero_optimization") or {}).get("stage", 0)
+        if zero not in (0, 1, 2, 3):
+            raise ValueError(f"{where}: zero_optimization.stage={zero!r}, expected 0, 1, 2 or 3")
 
     def _check_problems(self, stage: str) -> None:
         spec = dict(self.problems)
