@@ -198,5 +198,7 @@ def test_sft_under_torchrun_trains_on_two_processes_and_publishes_once(run_root,
     assert "sft: running on 2 processes" in proc.stderr
     manifest = json.loads((run / "sft" / "_manifest.json").read_text())
     assert manifest["metrics"]["steps"] == 1  # the budget ran out after the first step, on both processes
+    assert manifest["metrics"]["planned_steps"] == 4
+    assert "sft: WARNING: sft.max_minutes=0.0001 stopped training at step 1 of 4" in proc.stderr
     assert (run / "sft" / "model" / "model.safetensors").exists()
     assert not (run / ".work" / "sft").exists() and not list((run / ".tmp").glob("sft*"))

@@ -111,6 +111,14 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     trainer.save_model(str(out))  # gathers ZeRO-3 / FSDP shards
     if trainer.is_world_process_zero():
         tok.save_pretrained(out)
+    if metrics["steps"] < metrics["planned_steps"]:
+        # The schedule was cut before it annealed: the model is worse than the config promises, and what follows
+        # (RL from it, the eval table) inherits that. Said where the user looks, and kept in the manifest.
+        import sys
+
+        print(f"[parathink] sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step "
+              f"{int(metrics['steps'])} of {int(metrics['planned_steps'])}, before the learning-rate schedule ended; "
+              "the model is undertrained (set sft.max_minutes=0 to finish)", file=sys.stderr, flush=True)
     metrics.update({"traces": float(len(traces)), "kept": float(stats.kept), "dropped": float(stats.dropped),
                     "truncated": float(stats.truncated), "masked_paths": float(masked_paths),
                     "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})

@@ -245,5 +245,6 @@ def train_sft(model, tokenizer, train_set: list[dict], collator, cfg, *, work_di
     result = trainer.train(resume_from_checkpoint=last)
     seconds = time.perf_counter() - t0
     return {"train_loss": float(result.training_loss), "steps": float(trainer.state.global_step),
+            "planned_steps": float(trainer.state.max_steps),
             "resumed_from_step": float(int(last.rsplit("-", 1)[1]) if last else 0), "seconds": seconds,
             "tokens_per_s": trainer.tokens_seen / max(1e-9, seconds)}, trainer
