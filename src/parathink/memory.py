@@ -3,7 +3,7 @@
 ``parathink run`` executes every stage in one process, and the kernel's peak (``ru_maxrss``) only ever grows, so
 without a reset a stage would report the largest peak of any stage before it. On Linux the runner resets the
 process's high-water mark (``/proc/self/clear_refs``) as each stage starts and reads ``VmHWM`` when it ends;
-elsewhere the figure is the process's peak so far, and says so through ``peak_is_per_stage()``.
+elsewhere ``reset_peak`` returns False and the figure is the process's peak so far.
 """
 
 from __future__ import annotations
@@ -14,22 +14,15 @@ from pathlib import Path
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-_per_stage = False
 
 
 def reset_peak() -> bool:
     """Start a new high-water mark (Linux >= 4.0); False where the kernel does not allow it."""
-    global _per_stage
     try:
         _CLEAR_REFS.write_text("5")  # "5": reset the peak resident set size (proc(5))
-        _per_stage = True
     except OSError:
-        _per_stage = False
-    return _per_stage
-
-
-def peak_is_per_stage() -> bool:
-    return _per_stage
+        return False
+    return True
 
 
 def peak_rss_mb() -> float:

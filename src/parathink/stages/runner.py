@@ -227,11 +227,11 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
     tmp = rundir.fresh_tmp(name)
     ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
                        resolve_input=resolve)
-    memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
+    per_stage = memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
     try:
         metrics = _call(module, cfg, ctx)
         # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
-        metrics["peak_rss_mb" if memory.peak_is_per_stage() else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
+        metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
     except BaseException:
         tracking.stage_failed(name, tracker)
         raise
