@@ -318,7 +318,7 @@ def _micro_step(accelerator, model, last: bool):
 
 
 def deepspeed_plugin(cfg: RLConfig):
-    """accelerate's DeepSpeed plugin from ``cfg.deepspeed`` (a JSON file, ZeRO stage <= 2), or None.
+    """accelerate's DeepSpeed plugin from ``cfg.deepspeed`` (a JSON file, ZeRO stage 0-3), or None.
 
     The JSON's batch and clipping values are set from the RL settings: one micro-batch of ``micro_batch_size``
     rollouts per backward and one accumulation step, because the loop marks the step's last backward as the
