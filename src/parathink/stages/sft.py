@@ -114,11 +114,11 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     if metrics["steps"] < metrics["planned_steps"]:
         # The schedule was cut before it annealed: the model is worse than the config promises, and what follows
         # (RL from it, the eval table) inherits that. Said where the user looks, and kept in the manifest.
-        import sys
+        from parathink.stages.runner import log
 
-        print(f"[parathink] sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step "
-              f"{int(metrics['steps'])} of {int(metrics['planned_steps'])}, before the learning-rate schedule ended; "
-              "the model is undertrained (set sft.max_minutes=0 to finish)", file=sys.stderr, flush=True)
+        log(f"sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step {int(metrics['steps'])} of "
+            f"{int(metrics['planned_steps'])}, before the learning-rate schedule ended; the model is undertrained "
+            "(set sft.max_minutes=0 to finish)")
     metrics.update({"traces": float(len(traces)), "kept": float(stats.kept), "dropped": float(stats.dropped),
                     "truncated": float(stats.truncated), "masked_paths": float(masked_paths),
                     "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})

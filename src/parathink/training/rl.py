@@ -449,7 +449,6 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         metrics_path.unlink()
     ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k != "extra"})
 
-    resumed_from = start
     began = time.perf_counter()
     probe, probe_start = [], []
     if cfg.probe_prompts:
@@ -518,7 +517,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     if probe:
         summary.update(probe_summary(probe_start, probe_end, reward_fn, grammar, step))
     summary["processes"] = float(procs.size)
-    summary["resumed_from_step"] = float(resumed_from)  # 0: a fresh start
+    summary["resumed_from_step"] = float(start)  # 0: a fresh start
     return summary
 
 
