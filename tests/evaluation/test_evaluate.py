@@ -2,7 +2,7 @@
 
 import pytest
 
-from parathink.evaluation.evaluate import evaluate_set, score_sample
+from parathink.evaluation.evaluate import evaluate_set, path_metrics, score_sample
 from parathink.evaluation.table import format_compare, format_table
 
 PAR = ("Start.\n<Parallel><Path>3+4=7</Path><Path>4+3=7</Path></Parallel><Summary>both 7</Summary>\n"
@@ -42,6 +42,23 @@ def test_evaluate_set_summary():
     assert row["accuracy_parallel"] == 1.0
     assert row["maj_at_k"] == pytest.approx(1 / 2)  # p1 votes 7, p2 votes 8
     assert row["response_length"] == pytest.approx(sum(len(r) for r in CANNED[0] + CANNED[1]) / 8)
+
+
+def test_path_metrics_split_the_paths_from_the_summary():
+    """One right path out-voted by two wrong ones: the paths hold the answer, the vote loses it."""
+    outvoted = ("<Parallel><Path>3+4=7 \\boxed{7}</Path><Path>3+4=8 \\boxed{8}</Path><Path>4+3=8 \\boxed{8}</Path>"
+                "</Parallel><Summary>most 8</Summary>\n\\boxed{8}")
+    agreed = "<Parallel><Path>\\boxed{7}</Path><Path>\\boxed{7}</Path></Parallel><Summary>7</Summary>\\boxed{7}"
+    samples = [score_sample(r, "7", "parallel_r1") for r in (outvoted, agreed, SEQ, BROKEN)]
+    assert samples[0]["path_answers"] == ["7", "8", "8"] and samples[0]["path_correct"] == [True, False, False]
+    assert samples[2]["path_correct"] == [] and samples[3]["path_correct"] == []  # sequential; not a valid block
+    m = path_metrics(samples)
+    assert m["path_accuracy"] == pytest.approx(3 / 5)
+    assert m["path_vote_accuracy"] == pytest.approx(1 / 2)
+    assert m["any_path_accuracy"] == 1.0
+    assert path_metrics(samples[2:]) == {"path_accuracy": None, "path_vote_accuracy": None, "any_path_accuracy": None}
+    # Paths without an answer of their own (PAR's) count as not right: the summary found 7 without them.
+    assert path_metrics([score_sample(PAR, "7", "parallel_r1")])["any_path_accuracy"] == 0.0
 
 
 def test_generator_that_returns_too_few_samples_is_an_error():

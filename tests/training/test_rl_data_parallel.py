@@ -156,7 +156,9 @@ if distributed.group().is_main:
 """
 
 
-@pytest.mark.parametrize("launch, port", [("ddp", 29533), ("zero2", 29543), ("zero3", 29563)])
+# ZeRO-2 is left out here (~95 s a case on a slow CI host): its checkpoint goes through the same DeepSpeed save and
+# load as ZeRO-3's, which also covers the partitioned parameters and the engine's whole copy after a resume.
+@pytest.mark.parametrize("launch, port", [("ddp", 29533), ("zero3", 29563)])
 def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path, launch, port):
     """Rank 0 dies in step 4, after the step-2 checkpoint (torchrun then stops rank 1); the relaunch resumes both
     processes from it and ends with the weights and per-step rewards of an uninterrupted two-process run."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from parathink.data.prompts import build_prompt
-from parathink.evaluation.metrics import best_at_k, maj_at_k, mean_at_k, mean_pass_at_k
+from parathink.evaluation.metrics import best_at_k, maj_at_k, majority, mean_at_k, mean_pass_at_k
 from parathink.formats import parse
 from parathink.formats.metrics import relative_position, summarize
 from parathink.grading import grade
@@ -18,14 +18,46 @@ from parathink.grading import grade
 TextGenerator = Callable[[Sequence[str], int], list[list[str]]]
 
 
+def path_verdicts(trace, gold: str) -> list[tuple[str | None, bool]]:
+    """(answer, correct) of each path of a parallel trace's last block, from the path's own ``\\boxed{}``; empty
+    for a trace that is not parallel. The last block is the one whose summary leads to the final answer."""
+    if not trace.parallel:
+        return []
+    verdicts = []
+    for path in trace.blocks[-1].paths:
+        extracted, correct = grade(path.text, gold)
+        verdicts.append((extracted, bool(correct)))
+    return verdicts
+
+
 def score_sample(response: str, gold: str, grammar: str, tokenizer: Any = None) -> dict:
     """Every verdict about one response that a metric or a reward reads."""
     trace = parse(response, grammar)
     extracted, correct = grade(response, gold)
     length = len(tokenizer.encode(response, add_special_tokens=False)) if tokenizer is not None else len(response)
+    paths = path_verdicts(trace, gold)
     return {"response": response, "extracted": extracted, "correct": bool(correct), "valid": trace.valid,
             "parallel": trace.parallel, "errors": list(trace.errors), "blocks": len(trace.blocks),
-            "relative_position": relative_position(trace, tokenizer), "length": length}
+            "relative_position": relative_position(trace, tokenizer), "length": length,
+            "path_answers": [a for a, _ in paths], "path_correct": [c for _, c in paths]}
+
+
+def path_metrics(samples: Sequence[dict]) -> dict[str, float | None]:
+    """Where a parallel model wins or loses its answers, over the samples with a parallel trace (None without any).
+
+    ``path_accuracy``: share of the last block's paths whose own answer is right (what one path alone scores);
+    ``path_vote_accuracy``: share whose paths' plurality answer (first seen wins a tie) is right;
+    ``any_path_accuracy``: share with at least one right path, the ceiling of a summary that picks perfectly.
+    Next to ``accuracy_parallel`` (the final answer) they say whether the paths or the summary lose the points.
+    """
+    par = [s for s in samples if s["parallel"] and s.get("path_correct")]
+    if not par:
+        return {"path_accuracy": None, "path_vote_accuracy": None, "any_path_accuracy": None}
+    paths = [c for s in par for c in s["path_correct"]]
+    voted = [majority(s["path_answers"]) for s in par]
+    right = [v is not None and s["path_correct"][s["path_answers"].index(v)] for s, v in zip(par, voted)]
+    return {"path_accuracy": sum(paths) / len(paths), "path_vote_accuracy": sum(right) / len(par),
+            "any_path_accuracy": sum(any(s["path_correct"]) for s in par) / len(par)}
 
 
 def score_problem(record: dict, responses: Sequence[str], grammar: str, tokenizer: Any = None) -> dict:
@@ -56,6 +88,7 @@ def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> dict:
         "blocks_per_trace": fmt.blocks_per_trace, "paths_per_block": fmt.paths_per_block,
         "response_length": sum(s["length"] for s in samples) / len(samples) if samples else 0.0,
         "accuracy_parallel": sum(s["correct"] for s in par) / len(par) if par else None,
+        **path_metrics(samples),
     }
 
 

@@ -191,5 +191,5 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     results["vs_start"] = vs_start(cfg, ctx.out_dir, results["stages"])
     (ctx.out_dir / "results.json").write_text(json.dumps(results, indent=1))
     return {f"{stage}.{s}.{key}": float(row[key]) for stage, sets_ in results["stages"].items()
-            for s, row in sets_.items() for key in ("accuracy", "pass_at_k", "parallel_rate")
+            for s, row in sets_.items() for key in ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any_path_accuracy")
             if row.get(key) is not None}
