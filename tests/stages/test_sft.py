@@ -70,7 +70,8 @@ def run_root(tmp_path_factory):
 def config(*overrides):
     with initialize_config_dir(config_dir=CONF, version_base=None):
         return compose(config_name="config", overrides=["sft.global_batch=8", "sft.micro_batch=4", "sft.max_steps=4",
-                                                        "sft.save_steps=2", "sft.max_minutes=0", *overrides])
+                                                        "sft.save_steps=2", "sft.max_minutes=0",
+                                                        "sft.path_replay.n=0", *overrides])
 
 
 def context(root: Path, name="sft", tracker=None):
@@ -102,6 +103,18 @@ def test_sft_trains_and_logs_every_step(run_root, collator):
     before = _weights(run_root / "base" / "model")
     after = model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_path_replay_adds_worked_solutions_to_the_traces(run_root):
+    ctx = context(run_root, "sft_replay")
+    metrics = sft_stage.run(config("sft.path_replay.n=16", "sft.max_steps=1"), ctx)
+    assert metrics["traces"] == 48 and metrics["path_replay"] == 16 and metrics["kept"] == 64
+    with pytest.raises(ConfigError, match="path_replay.n"):
+        sft_stage.validate(config("sft.path_replay.n=-1"))
+    with pytest.raises(ConfigError, match="path_replay.level"):
+        sft_stage.validate(config("sft.path_replay.n=4", "sft.path_replay.level=medium"))
+    with pytest.raises(ConfigError, match="parallel_r1 blocks"):
+        sft_stage.validate(config("sft.path_replay.n=4", "format=npr"))
 
 
 def test_overlong_traces_are_counted(run_root):

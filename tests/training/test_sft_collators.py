@@ -10,7 +10,8 @@ from parathink.data.synthetic import corpus
 from parathink.formats.layouts import TagIds
 from parathink.formats.tags import TAGS
 from parathink.modeling.tokenizer import train_tokenizer
-from parathink.training.sft import IGNORE, CausalCollator, StructuredCollator, encode_traces, global_batch_plan
+from parathink.training.sft import (IGNORE, CausalCollator, StructuredCollator, encode_traces, global_batch_plan,
+                                   path_replay_trace)
 
 TRACE = "<Parallel><Path>3 + 4 = 7</Path><Path>4 + 3 = 7</Path></Parallel><Summary>7</Summary>\n\\boxed{7}"
 
@@ -62,6 +63,21 @@ def test_structured_batch_restarts_paths(tok):
     n1 = len(feats[1]["input_ids"])
     assert (batch["labels"][1, n1:] == IGNORE).all()
     assert mask[1, 0, n1, n1] == 0  # padding rows attend to themselves only
+
+
+def test_path_replay_trains_the_solution_alone_inside_an_opened_block(tok):
+    """The solution is the first path of an opened block; tags and the (absent) eos carry no loss."""
+    solution = "3 + 4 = 7\n\\boxed{7}"
+    trace, spans = path_replay_trace(records(1)[0], solution, "parallel_r1")
+    assert trace["response"] == "<Parallel><Path>\n" + solution + "\n</Path>" and trace["partial"]
+    (feat,), stats = encode_traces([trace], tok, 512, mask_spans=[spans])
+    assert feat["input_ids"][-1] == tok.convert_tokens_to_ids("</Path>")  # no eos after the path
+    batch = StructuredCollator(tok.pad_token_id, TagIds.from_tokenizer(tok, "parallel_r1"))([feat])
+    trained = [int(t) for t in batch["labels"][0] if t != IGNORE]
+    assert tok.decode(trained).strip() == solution
+    assert stats.masked_tokens == 3  # <Parallel>, <Path>, </Path>
+    with pytest.raises(ValueError, match="parallel_r1 blocks only"):
+        path_replay_trace(records(1)[0], solution, "npr")
 
 
 def test_global_batch_plan():

@@ -38,6 +38,14 @@ def validate(cfg) -> None:
         raise ConfigError(f"sft.precision={s.precision!r}: expected fp32 or bf16")
     if s.get("deepspeed") and not Path(str(s.deepspeed)).is_file():
         raise ConfigError(f"sft.deepspeed={s.deepspeed!r}: no such DeepSpeed JSON file")
+    replay = s.get("path_replay") or {}
+    if int(replay.get("n", 0) or 0) < 0:
+        raise ConfigError(f"sft.path_replay.n must be >= 0, got {replay.get('n')}")
+    if int(replay.get("n", 0) or 0) > 0:
+        if str(cfg.format) != "parallel_r1":
+            raise ConfigError(f"sft.path_replay writes parallel_r1 blocks; format={cfg.format!r} (set path_replay.n=0)")
+        if replay.get("level") not in ("easy", "hard"):
+            raise ConfigError(f"sft.path_replay.level={replay.get('level')!r}: expected easy or hard")
     if s.collator == "structured" and cfg.model.attn_implementation.startswith("flash_attention"):
         raise ConfigError(f"sft.collator=structured needs a 4-D mask; model.attn_implementation="
                           f"{cfg.model.attn_implementation!r} cannot take one (use sdpa or eager)")
@@ -57,6 +65,24 @@ def read_traces(path: Path) -> list[dict]:
     if not records:
         raise ValueError(f"sft: {path} holds no traces")
     return records
+
+
+def _path_replay(cfg, traces: list[dict]) -> list[tuple[dict, list[tuple[int, int]]]]:
+    """``sft.path_replay.n`` synthetic problems (none of the traces') with their worked solutions as replay traces."""
+    from parathink.data.synthetic import generate, worked_solution
+    from parathink.training.sft import path_replay_trace
+
+    replay = cfg.sft.get("path_replay") or {}
+    n = int(replay.get("n", 0) or 0)
+    if n == 0:
+        return []
+    seen = {t["problem"] for t in traces}
+    # Twice the draw leaves room for the problems the traces already hold (a few percent here).
+    pool = [p for p in generate(str(replay.level), "train", 2 * n + len(seen), seed=int(replay.seed))
+            if p["problem"] not in seen][:n]
+    if len(pool) < n:
+        raise ValueError(f"sft.path_replay: only {len(pool)} new {replay.level} problems for n={n}")
+    return [path_replay_trace(p, worked_solution(p), str(cfg.format)) for p in pool]
 
 
 def _model_source(cfg, ctx: StageContext):
@@ -81,6 +107,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     # Teach the text the engine will produce: no whitespace before the tags it forces (formats.canonical).
     traces = [{**t, "response": engine_form(t["response"], str(cfg.format))}
               for t in read_traces(ctx.input("filter") / "accepted.jsonl")]
+    replay = _path_replay(cfg, traces)
     model, tok = load_model(_model_source(cfg, ctx), dtype=cfg.model.dtype,
                             attn_implementation=cfg.model.attn_implementation)
     if int(cfg.model.parathinker_max_paths) > 0:
@@ -92,6 +119,9 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         spans = [wrong_path_spans(t["response"], t["answer"], str(cfg.format)) if t.get("answer") else []
                  for t in traces]
     masked_paths = sum(map(len, spans or []))
+    if replay:  # appended after the wrong-path count: their masked spans are tags, not paths
+        spans = (spans if spans is not None else [[] for _ in traces]) + [r[1] for r in replay]
+        traces = traces + [r[0] for r in replay]
     train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong), mask_spans=spans)
     if not train_set:
         raise ValueError(f"sft: all {len(traces)} traces exceed sft.max_length={s.max_length}")
@@ -101,7 +131,8 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
                                       dtype=to_dtype(cfg.model.dtype), path_ids=int(cfg.model.parathinker_max_paths) > 0)
     else:
         collator = CausalCollator(tok.pad_token_id)
-    ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": len(traces), "sft.kept": stats.kept,
+    ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": len(traces) - len(replay),
+                            "sft.path_replay": len(replay), "sft.kept": stats.kept,
                             "sft.dropped": stats.dropped, "sft.truncated": stats.truncated,
                             "sft.masked_paths": masked_paths, "sft.masked_tokens": stats.masked_tokens})
     model.train()
@@ -119,7 +150,8 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         log(f"sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step {int(metrics['steps'])} of "
             f"{int(metrics['planned_steps'])}, before the learning-rate schedule ended; the model is undertrained "
             "(set sft.max_minutes=0 to finish)")
-    metrics.update({"traces": float(len(traces)), "kept": float(stats.kept), "dropped": float(stats.dropped),
+    metrics.update({"traces": float(len(traces) - len(replay)), "path_replay": float(len(replay)),
+                    "kept": float(stats.kept), "dropped": float(stats.dropped),
                     "truncated": float(stats.truncated), "masked_paths": float(masked_paths),
                     "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})
     return metrics
