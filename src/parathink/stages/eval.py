@@ -25,6 +25,10 @@ SHARED_KEYS = ("data", "format", "seed")  # the model comes from the stages' out
 DATA_PARALLEL = True
 
 
+# Per model and set, the figures the manifest (and so MLflow) carries; results.json keeps every figure.
+MANIFEST_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any_path_accuracy")
+
+
 def active_sets(cfg: DictConfig) -> dict:
     """The configured test sets; an experiment disables an inherited one by setting it to null."""
     return {name: spec for name, spec in cfg.eval.sets.items() if spec is not None}
@@ -191,5 +195,4 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     results["vs_start"] = vs_start(cfg, ctx.out_dir, results["stages"])
     (ctx.out_dir / "results.json").write_text(json.dumps(results, indent=1))
     return {f"{stage}.{s}.{key}": float(row[key]) for stage, sets_ in results["stages"].items()
-            for s, row in sets_.items() for key in ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any_path_accuracy")
-            if row.get(key) is not None}
+            for s, row in sets_.items() for key in MANIFEST_KEYS if row.get(key) is not None}

@@ -38,14 +38,14 @@ def validate(cfg) -> None:
         raise ConfigError(f"sft.precision={s.precision!r}: expected fp32 or bf16")
     if s.get("deepspeed") and not Path(str(s.deepspeed)).is_file():
         raise ConfigError(f"sft.deepspeed={s.deepspeed!r}: no such DeepSpeed JSON file")
-    replay = s.get("path_replay") or {}
-    if int(replay.get("n", 0) or 0) < 0:
-        raise ConfigError(f"sft.path_replay.n must be >= 0, got {replay.get('n')}")
-    if int(replay.get("n", 0) or 0) > 0:
+    replay = s.path_replay
+    if int(replay.n) < 0:
+        raise ConfigError(f"sft.path_replay.n must be >= 0, got {replay.n}")
+    if int(replay.n) > 0:
         if str(cfg.format) != "parallel_r1":
             raise ConfigError(f"sft.path_replay writes parallel_r1 blocks; format={cfg.format!r} (set path_replay.n=0)")
-        if replay.get("level") not in ("easy", "hard"):
-            raise ConfigError(f"sft.path_replay.level={replay.get('level')!r}: expected easy or hard")
+        if replay.level not in ("easy", "hard"):
+            raise ConfigError(f"sft.path_replay.level={replay.level!r}: expected easy or hard")
     if s.collator == "structured" and cfg.model.attn_implementation.startswith("flash_attention"):
         raise ConfigError(f"sft.collator=structured needs a 4-D mask; model.attn_implementation="
                           f"{cfg.model.attn_implementation!r} cannot take one (use sdpa or eager)")
@@ -72,8 +72,8 @@ def _path_replay(cfg, traces: list[dict]) -> list[tuple[dict, list[tuple[int, in
     from parathink.data.synthetic import generate, worked_solution
     from parathink.training.sft import path_replay_trace
 
-    replay = cfg.sft.get("path_replay") or {}
-    n = int(replay.get("n", 0) or 0)
+    replay = cfg.sft.path_replay
+    n = int(replay.n)
     if n == 0:
         return []
     seen = {t["problem"] for t in traces}
