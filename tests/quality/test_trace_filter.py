@@ -24,6 +24,11 @@ def test_reasons_cover_format_answer_and_length():
     assert "format:empty_path" in empty.reasons
     assert judge(rec(GOOD + " " * 600), cfg).reasons == ["too_long"]
     assert judge(rec(""), FilterConfig(min_chars=1)).reasons == ["no_block", "no_answer", "too_short"]
+    # A teacher that reached no vote (a tie): the last \\boxed{} is a path's, so the right answer does not count.
+    tie = GOOD.replace("Paths give 5, 5.", "No majority.")[: -len("\n\\boxed{5}")]
+    assert judge(rec(tie, vote=None), cfg).reasons == ["no_vote"]
+    assert judge(rec(GOOD, vote="5"), cfg).reasons == [] and judge(rec("x", vote=None), cfg).reasons == [
+        "no_block", "no_answer"]
 
 
 def test_one_trace_per_problem_and_the_report(tmp_path):

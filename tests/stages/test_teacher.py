@@ -36,6 +36,7 @@ def test_scripted_teacher_writes_raw_jsonl_in_problem_order(tmp_path):
     (["teacher.backend=openai"], "teacher.openai.model"),
     (["teacher.backend=hf"], "teacher.hf.model"),
     (["teacher.self.num_paths=1"], "teacher.self.num_paths"),
+    (["teacher.self.summary=prose"], "teacher.self.summary"),
     (["teacher.backend=scripted", "format=npr"], "teacher.grammar"),
     (["teacher.backend=scripted", "data=gsm8k"], "teacher.problems[0].source"),
 ])

@@ -6,6 +6,7 @@ import torch
 from parathink.data import synthetic
 from parathink.formats import parse
 from parathink.grading import grade
+from parathink.quality.traces import FilterConfig, judge
 from parathink.teacher.generators import HFGenerator, Sampling
 from parathink.teacher.selfdistill import SelfTeacher, self_trace
 from parathink.teacher.traces import cut_after_boxed, majority
@@ -18,7 +19,11 @@ def test_vote_and_trace_shape():
     trace = parse(response)
     assert trace.parallel and [p.text.strip() for p in trace.blocks[0].paths] == [
         "3 + 4 = 7\n\\boxed{7}", "3 + 4 = 8\n\\boxed{8}", "3 + 4 = 7\n\\boxed{7}"]
-    assert trace.blocks[0].summary.text.strip() == "Paths give 7, 8, 7.\nMost give 7."
+    # The default summary is order-free: the same multiset of answers gives the same summary in any path order.
+    assert trace.blocks[0].summary.text.strip() == "Most give 7."
+    assert parse(self_trace(samples[::-1])[0]).blocks[0].summary.text == trace.blocks[0].summary.text
+    listed = parse(self_trace(samples, summary="listed")[0]).blocks[0].summary.text.strip()
+    assert listed == "Paths give 7, 8, 7.\nMost give 7."
     assert grade(response, "7") == ("7", True) and grade(response, "8")[1] is False
     assert majority(["5", None, "6"]) == "5" and majority([None, None]) is None
     assert cut_after_boxed("a \\boxed{\\frac{1}{2}} b") == "a \\boxed{\\frac{1}{2}}"
@@ -28,6 +33,27 @@ def test_no_answer_anywhere_gives_a_trace_without_final_answer():
     response, answers, vote = self_trace(["garbage", "more garbage"])
     assert vote is None and answers == [None, None]
     assert parse(response).parallel and grade(response, "3")[0] is None
+    assert parse(response).blocks[0].summary.text.strip() == "No answer."
+
+
+def test_a_tie_has_no_vote_unless_the_summary_lists_the_paths_in_order():
+    # Under the structured layout the summary cannot see which path came first, so "first seen wins" is a
+    # target it cannot learn: the order-free summary leaves a tie without a vote, and the filter rejects it.
+    tied = ["1 + 1 = 2\n\\boxed{2}", "1 + 1 = 3\n\\boxed{3}", "no answer"]
+    response, answers, vote = self_trace(tied)
+    assert answers == ["2", "3", None] and vote is None
+    assert parse(response).blocks[0].summary.text.strip() == "No majority." and not response.endswith("}")
+    rejected = judge({"problem": "1 + 1", "answer": "3", "response": response, "vote": vote}, FilterConfig())
+    assert rejected.correct and rejected.reasons == ["no_vote"]  # graded on path 2's \\boxed{3}, still rejected
+    assert self_trace(tied, summary="listed")[2] == "2"
+    assert majority(["5", "6", "6"], ties="none") == "6" and majority(["5", "6"], ties="none") is None
+
+
+def test_unknown_summary_style_is_refused():
+    with pytest.raises(ValueError, match="summary style must be one of vote, listed, got 'prose'"):
+        self_trace(["\\boxed{1}", "\\boxed{1}"], summary="prose")
+    with pytest.raises(ValueError, match="teacher.self.summary must be one of vote, listed"):
+        SelfTeacher(_Echo({}), None, Sampling(), num_paths=2, summary="prose")
 
 
 class _Echo:

@@ -1,7 +1,9 @@
 """The trace filter: which raw teacher traces become cold-start SFT data (Parallel-R1 Sec. 3.1).
 
 A trace is accepted when it is parallel (valid format with at least one block, DESIGN.md), its final answer is
-correct, its length is within bounds, and it is the first such trace of its problem. Everything else is
+correct, its length is within bounds, and it is the first such trace of its problem. A record whose teacher
+says it reached no vote (``vote: null``, the ``self`` teacher on a tie) is rejected too: its last ``\\boxed{}`` is
+a path's answer, not a summary's. Everything else is
 rejected with every reason that applies, so the report's reasons histogram is the paper's Table 1 for our data
 (how often the teacher fails the format, the answer, or both).
 
@@ -100,6 +102,8 @@ def judge(rec: dict, cfg: FilterConfig) -> Judged:
         reasons.append("no_answer")
     elif not correct:
         reasons.append("incorrect")
+    if "vote" in rec and rec["vote"] is None and extracted is not None:
+        reasons.append("no_vote")
     n = len(response)
     if n < cfg.min_chars:
         reasons.append("too_short")

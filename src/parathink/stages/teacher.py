@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from parathink.stages.context import ConfigError, StageContext
 from parathink.teacher import BACKENDS, RawStore, TeacherUnavailable
+from parathink.teacher.traces import SUMMARIES
 
 SHARED_KEYS = ("data", "format", "seed", "model")
 OUTPUT_FIELDS = ("id", "source", "problem", "answer", "level", "response")
@@ -34,6 +35,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"teacher.{backend}.{key}: required for teacher.backend={backend}")
     if t.backend in ("scripted", "self") and int(t[t.backend].num_paths) < 2:
         raise ConfigError(f"teacher.{t.backend}.num_paths: a block needs >= 2 paths, got {t[t.backend].num_paths}")
+    if t.backend == "self" and t.self.summary not in SUMMARIES:
+        raise ConfigError(f"teacher.self.summary: {t.self.summary!r} is not one of {', '.join(SUMMARIES)}")
     problems = t.problems
     if not OmegaConf.is_list(problems) or len(problems) == 0:
         raise ConfigError("teacher.problems: a non-empty list of problem sets is required")
@@ -89,7 +92,8 @@ def make_backend(cfg: DictConfig, ctx: StageContext):
         if name == "self":
             from parathink.teacher.selfdistill import SelfTeacher
 
-            return SelfTeacher(generator, tok, sampling, num_paths=int(sec.num_paths), chunk=int(sec.chunk))
+            return SelfTeacher(generator, tok, sampling, num_paths=int(sec.num_paths), chunk=int(sec.chunk),
+                               summary=str(sec.summary))
         from parathink.teacher.hf import HFTeacher
 
         return HFTeacher(generator, tok, sampling, grammar=t.grammar)

@@ -1,9 +1,14 @@
 """Building parallel_r1 traces from finished paths (shared by the ``scripted`` and ``self`` teachers).
 
 The trace is kept short and regular for a ~1M-parameter student (CALIBRATION.md, "Cold-start SFT"): each path
-ends with its own ``\\boxed{N}``, so its result sits at a fixed place; the summary lists the paths' results in
-order and states the vote; the final ``\\boxed{V}`` follows the block. The summary is the weak link at tiny
-scale (the model misreads the paths' results), so it is the simplest possible copy-and-vote.
+ends with its own ``\\boxed{N}``, so its result sits at a fixed place; the summary states the paths' majority
+answer; the final ``\\boxed{V}`` follows the block.
+
+The summary is the weak link at tiny scale, and its default wording (``vote``: "Most give V.") is chosen for the
+structured layout. There every path of a block starts at the same position and the summary sees all of them
+alike, so nothing tells it which path came first: "Paths give 8, 9, 8" in path order (``listed``) is a target
+the student cannot know, and it learns a blur of orders, then votes over its own misread list. The majority
+answer is the same whatever the order, and attention over the paths' answers finds it directly.
 """
 
 from __future__ import annotations
@@ -16,19 +21,39 @@ from parathink.grading import extract_answer
 _OPEN, _CLOSE, _PATH, _END_PATH, _SUMMARY, _END_SUMMARY = TAGS["parallel_r1"]
 
 
-def majority(answers: list[str | None]) -> str | None:
-    """The most common answer; ties go to the one seen first (NPR-style self-consistency vote)."""
+def majority(answers: list[str | None], ties: str = "first") -> str | None:
+    """The most common answer. A tie for the top goes to the one seen first (``ties="first"``, the NPR-style
+    self-consistency vote), or to nobody (``ties="none"``)."""
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None
     best = max(counts.values())
-    return next(a for a in answers if a is not None and counts[a] == best)
+    top = [a for a in counts if counts[a] == best]  # Counter keeps first-seen order
+    return top[0] if len(top) == 1 or ties == "first" else None
 
 
-def vote_summary(answers: list[str | None]) -> str:
+# Summary style -> how a tie for the most common answer is settled (``majority``'s ``ties``).
+SUMMARIES = {"vote": "none", "listed": "first"}
+
+
+def vote_summary(answers: list[str | None], style: str = "vote") -> str:
+    """``vote``: "Most give V." (order-free); ``listed``: "Paths give A, B, C." in path order, then the vote.
+
+    The order-free style also leaves a tie without a vote: breaking it by path order would be a target the student
+    cannot see under the structured layout (and learns as a blend of the tied answers' digits). With no vote the
+    trace has no final answer, so the filter rejects it.
+    """
+    if style not in SUMMARIES:
+        raise ValueError(f"summary style must be one of {', '.join(SUMMARIES)}, got {style!r}")
+    vote = majority(answers, ties=SUMMARIES[style])
+    if vote is not None:
+        verdict = f"Most give {vote}."
+    else:
+        verdict = "No majority." if any(a is not None for a in answers) else "No answer."
+    if style == "vote":
+        return verdict
     shown = ", ".join(a if a is not None else "?" for a in answers)
-    vote = majority(answers)
-    return f"Paths give {shown}.\nMost give {vote}." if vote is not None else f"Paths give {shown}.\nNo answer."
+    return f"Paths give {shown}.\n{verdict}"
 
 
 def parallel_block(paths: list[str], summary: str) -> str:
@@ -36,11 +61,12 @@ def parallel_block(paths: list[str], summary: str) -> str:
     return f"{_OPEN}\n{body}\n{_CLOSE}\n{_SUMMARY}\n{summary.strip()}\n{_END_SUMMARY}"
 
 
-def voted_trace(paths: list[str], prefix: str = "") -> tuple[str, list[str | None], str | None]:
+def voted_trace(paths: list[str], prefix: str = "", summary: str = "vote") -> tuple[str, list[str | None], str | None]:
     """(response, each path's answer, the vote): prefix, one block over ``paths``, then ``\\boxed{vote}``."""
     answers = [extract_answer(p) for p in paths]
-    vote = majority(answers)
-    response = (prefix.rstrip() + "\n" if prefix.strip() else "") + parallel_block(paths, vote_summary(answers))
+    block = parallel_block(paths, vote_summary(answers, summary))  # checks the style
+    vote = majority(answers, ties=SUMMARIES[summary])
+    response = (prefix.rstrip() + "\n" if prefix.strip() else "") + block
     if vote is not None:
         response += f"\n\\boxed{{{vote}}}"
     return response, answers, vote
