@@ -61,6 +61,22 @@ def test_worked_solution_is_one_line_per_operation_and_ends_boxed():
         assert len(sol.splitlines()) == len(rec["ops"]) + 1
 
 
+def test_slipped_solution_has_one_wrong_step_carried_on_faithfully():
+    import random
+
+    rng = random.Random(0)
+    for rec in synthetic.generate("hard", "train", 50):
+        right, slip = synthetic.worked_solution(rec).splitlines(), synthetic.slipped_solution(rec, rng).splitlines()
+        assert len(slip) == len(right) and slip[-1] != right[-1]  # same shape, wrong answer
+        first = next(i for i, (a, b) in enumerate(zip(right, slip)) if a != b)
+        assert slip[first].rsplit(" ", 1)[0] == right[first].rsplit(" ", 1)[0]  # the slip is in the result
+        assert 1 <= abs(int(slip[first].split()[-1]) - int(right[first].split()[-1])) <= 9
+        for line, nxt in zip(slip[first:-2], slip[first + 1:-1]):  # each later line starts from the wrong value
+            v, op, n, _, out = nxt.split()
+            assert v == line.split()[-1] and int(out) == synthetic._apply(int(v), op, int(n))
+        assert slip[-1] == "\\boxed{" + slip[-2].split()[-1] + "}"
+
+
 def test_corpus_mixes_levels_with_the_prompt_template():
     texts = synthetic.corpus(10, seed=0)
     assert len(texts) == 10

@@ -71,7 +71,7 @@ def config(*overrides):
     with initialize_config_dir(config_dir=CONF, version_base=None):
         return compose(config_name="config", overrides=["sft.global_batch=8", "sft.micro_batch=4", "sft.max_steps=4",
                                                         "sft.save_steps=2", "sft.max_minutes=0",
-                                                        "sft.path_replay.n=0", *overrides])
+                                                        "sft.path_replay.n=0", "sft.vote_replay.n=0", *overrides])
 
 
 def context(root: Path, name="sft", tracker=None):
@@ -105,16 +105,34 @@ def test_sft_trains_and_logs_every_step(run_root, collator):
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
-def test_path_replay_adds_worked_solutions_to_the_traces(run_root):
+def test_replay_adds_synthetic_traces_to_the_filters(run_root):
     ctx = context(run_root, "sft_replay")
-    metrics = sft_stage.run(config("sft.path_replay.n=16", "sft.max_steps=1"), ctx)
-    assert metrics["traces"] == 48 and metrics["path_replay"] == 16 and metrics["kept"] == 64
-    with pytest.raises(ConfigError, match="path_replay.n"):
-        sft_stage.validate(config("sft.path_replay.n=-1"))
-    with pytest.raises(ConfigError, match="path_replay.level"):
-        sft_stage.validate(config("sft.path_replay.n=4", "sft.path_replay.level=medium"))
-    with pytest.raises(ConfigError, match="parallel_r1 blocks"):
-        sft_stage.validate(config("sft.path_replay.n=4", "format=npr"))
+    metrics = sft_stage.run(config("sft.path_replay.n=16", "sft.vote_replay.n=8", "sft.max_steps=1"), ctx)
+    assert metrics["traces"] == 48 and metrics["path_replay"] == 16 and metrics["vote_replay"] == 8
+    assert metrics["kept"] == 72
+    for key in ("path_replay", "vote_replay"):
+        with pytest.raises(ConfigError, match=f"{key}.n"):
+            sft_stage.validate(config(f"sft.{key}.n=-1"))
+        with pytest.raises(ConfigError, match=f"{key}.level"):
+            sft_stage.validate(config(f"sft.{key}.n=4", f"sft.{key}.level=medium"))
+        with pytest.raises(ConfigError, match="parallel_r1 blocks"):
+            sft_stage.validate(config(f"sft.{key}.n=4", "format=npr"))
+
+
+def test_replay_kinds_draw_distinct_problems_none_of_the_traces():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"format": "parallel_r1", "sft": {"path_replay": {"n": 30, "level": "hard", "seed": 7},
+                                                             "vote_replay": {"n": 30, "level": "hard", "seed": 7}}})
+    from parathink.data.synthetic import generate
+
+    traces = generate("hard", "train", 10, seed=7)  # the very problems a same-seed draw would start with
+    out = sft_stage._replay(cfg, traces)
+    problems = [[t["problem"] for t, _ in out[key]] for key in sft_stage.REPLAYS]
+    assert [len(p) for p in problems] == [30, 30]
+    assert not set(problems[0]) & set(problems[1]) and not set(problems[0] + problems[1]) & {t["problem"] for t in traces}
+    for trace, spans in out["vote_replay"]:  # two right paths of three: the vote is the answer
+        assert trace["response"].endswith(f"\\boxed{{{trace['answer']}}}") and spans[0][0] == 0
 
 
 def test_overlong_traces_are_counted(run_root):

@@ -11,7 +11,7 @@ from parathink.formats.layouts import TagIds
 from parathink.formats.tags import TAGS
 from parathink.modeling.tokenizer import train_tokenizer
 from parathink.training.sft import (IGNORE, CausalCollator, StructuredCollator, encode_traces, global_batch_plan,
-                                   path_replay_trace)
+                                   path_replay_trace, vote_replay_trace)
 
 TRACE = "<Parallel><Path>3 + 4 = 7</Path><Path>4 + 3 = 7</Path></Parallel><Summary>7</Summary>\n\\boxed{7}"
 
@@ -78,6 +78,23 @@ def test_path_replay_trains_the_solution_alone_inside_an_opened_block(tok):
     assert stats.masked_tokens == 3  # <Parallel>, <Path>, </Path>
     with pytest.raises(ValueError, match="parallel_r1 blocks only"):
         path_replay_trace(records(1)[0], solution, "npr")
+
+
+def test_vote_replay_trains_the_summary_and_answer_alone(tok):
+    """Two right paths and a slipped one: the paths and their tags are masked, the vote summary is trained."""
+    right, slip = "3 + 4 = 7\n\\boxed{7}", "3 + 4 = 8\n\\boxed{8}"
+    trace, spans = vote_replay_trace(records(1)[0], [slip, right, right], "parallel_r1")
+    assert trace["response"].endswith("</Path></Parallel><Summary>\nMost give 7.\n</Summary>\n\\boxed{7}")
+    assert not trace.get("partial")
+    (feat,), _ = encode_traces([trace], tok, 512, mask_spans=[spans])
+    batch = StructuredCollator(tok.pad_token_id, TagIds.from_tokenizer(tok, "parallel_r1"))([feat])
+    trained = [int(t) for t in batch["labels"][0] if t != IGNORE]
+    assert tok.decode(trained[:-1]).replace(" ", "") == "<Summary>\nMostgive7.\n</Summary>\n\\boxed{7}".replace(" ", "")
+    assert trained[-1] == tok.eos_token_id
+    with pytest.raises(ValueError, match="no majority"):
+        vote_replay_trace(records(1)[0], [right, slip], "parallel_r1")
+    with pytest.raises(ValueError, match="parallel_r1 blocks only"):
+        vote_replay_trace(records(1)[0], [right, right, slip], "npr")
 
 
 def test_global_batch_plan():

@@ -188,6 +188,15 @@ def generate(level: str, split: str, n: int, seed: int = 0) -> list[dict]:
     return [next(stream) for _ in range(n)]
 
 
+def _solution_text(start: int, ops: list[list], values: list[int]) -> str:
+    lines, v = [], start
+    for (op, n), nxt in zip(ops, values):
+        lines.append(f"{v} {op} {n} = {nxt}")
+        v = nxt
+    lines.append(f"\\boxed{{{v}}}")
+    return "\n".join(lines)
+
+
 def worked_solution(record: dict) -> str:
     """The sequential solution the tiny base is pretrained on: one line per operation, running value carried.
 
@@ -195,12 +204,25 @@ def worked_solution(record: dict) -> str:
     learns it in minutes (CALIBRATION.md, "Base pretraining").
     """
     start, ops = int(record["start"]), record["ops"]
-    lines, v = [], start
-    for (op, n), nxt in zip(ops, running_values(start, ops)):
-        lines.append(f"{v} {op} {n} = {nxt}")
-        v = nxt
-    lines.append(f"\\boxed{{{v}}}")
-    return "\n".join(lines)
+    return _solution_text(start, ops, running_values(start, ops))
+
+
+def slipped_solution(record: dict, rng: random.Random) -> str:
+    """A worked solution with one arithmetic slip (a result off by 1-9 at a random step), carried on faithfully
+    from the wrong value, so its answer is wrong: the kind of wrong path the tiny model writes itself.
+
+    Division after the slip floors (the slip can make it inexact). A slip that a later floor erases is redrawn.
+    """
+    start, ops = int(record["start"]), record["ops"]
+    answer = running_values(start, ops)[-1]
+    while True:
+        step, delta = rng.randrange(len(ops)), rng.choice([d for d in range(-9, 10) if d])
+        values, v = [], start
+        for i, (op, n) in enumerate(ops):
+            v = _apply(v, op, int(n)) + (delta if i == step else 0)
+            values.append(v)
+        if values[-1] != answer:
+            return _solution_text(start, ops, values)
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:

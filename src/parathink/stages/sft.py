@@ -38,14 +38,15 @@ def validate(cfg) -> None:
         raise ConfigError(f"sft.precision={s.precision!r}: expected fp32 or bf16")
     if s.get("deepspeed") and not Path(str(s.deepspeed)).is_file():
         raise ConfigError(f"sft.deepspeed={s.deepspeed!r}: no such DeepSpeed JSON file")
-    replay = s.path_replay
-    if int(replay.n) < 0:
-        raise ConfigError(f"sft.path_replay.n must be >= 0, got {replay.n}")
-    if int(replay.n) > 0:
-        if str(cfg.format) != "parallel_r1":
-            raise ConfigError(f"sft.path_replay writes parallel_r1 blocks; format={cfg.format!r} (set path_replay.n=0)")
-        if replay.level not in ("easy", "hard"):
-            raise ConfigError(f"sft.path_replay.level={replay.level!r}: expected easy or hard")
+    for key in REPLAYS:
+        replay = s[key]
+        if int(replay.n) < 0:
+            raise ConfigError(f"sft.{key}.n must be >= 0, got {replay.n}")
+        if int(replay.n) > 0:
+            if str(cfg.format) != "parallel_r1":
+                raise ConfigError(f"sft.{key} writes parallel_r1 blocks; format={cfg.format!r} (set {key}.n=0)")
+            if replay.level not in ("easy", "hard"):
+                raise ConfigError(f"sft.{key}.level={replay.level!r}: expected easy or hard")
     if s.collator == "structured" and cfg.model.attn_implementation.startswith("flash_attention"):
         raise ConfigError(f"sft.collator=structured needs a 4-D mask; model.attn_implementation="
                           f"{cfg.model.attn_implementation!r} cannot take one (use sdpa or eager)")
@@ -67,22 +68,48 @@ def read_traces(path: Path) -> list[dict]:
     return records
 
 
-def _path_replay(cfg, traces: list[dict]) -> list[tuple[dict, list[tuple[int, int]]]]:
-    """``sft.path_replay.n`` synthetic problems (none of the traces') with their worked solutions as replay traces."""
-    from parathink.data.synthetic import generate, worked_solution
-    from parathink.training.sft import path_replay_trace
+# Synthetic replay traces appended to the filter's (parallel_r1 only; off by default, on in the tiny experiment).
+REPLAYS = ("path_replay", "vote_replay")
 
-    replay = cfg.sft.path_replay
-    n = int(replay.n)
-    if n == 0:
-        return []
+
+def _replay(cfg, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[int, int]]]]]:
+    """Per replay kind, ``sft.<kind>.n`` new synthetic problems (none of the traces', none shared between the
+    kinds) made into (trace, masked spans):
+
+    - ``path_replay``: the worked solution as the first path of an opened block (``path_replay_trace``);
+    - ``vote_replay``: a block of two worked solutions and one slipped solution in a random order, with the
+      teacher's vote summary; loss on the summary and the final answer only (``vote_replay_trace``).
+    """
+    import random
+
+    from parathink.data.synthetic import generate, slipped_solution, worked_solution
+    from parathink.training.sft import path_replay_trace, vote_replay_trace
+
     seen = {t["problem"] for t in traces}
-    # Twice the draw leaves room for the problems the traces already hold (a few percent here).
-    pool = [p for p in generate(str(replay.level), "train", 2 * n + len(seen), seed=int(replay.seed))
-            if p["problem"] not in seen][:n]
-    if len(pool) < n:
-        raise ValueError(f"sft.path_replay: only {len(pool)} new {replay.level} problems for n={n}")
-    return [path_replay_trace(p, worked_solution(p), str(cfg.format)) for p in pool]
+    out = {}
+    for key in REPLAYS:
+        replay = cfg.sft[key]
+        n = int(replay.n)
+        if n == 0:
+            out[key] = []
+            continue
+        # Twice the draw leaves room for the problems already taken (a few percent here).
+        pool = [p for p in generate(str(replay.level), "train", 2 * n + len(seen), seed=int(replay.seed))
+                if p["problem"] not in seen][:n]
+        if len(pool) < n:
+            raise ValueError(f"sft.{key}: only {len(pool)} new {replay.level} problems for n={n}")
+        seen.update(p["problem"] for p in pool)
+        if key == "path_replay":
+            out[key] = [path_replay_trace(p, worked_solution(p), str(cfg.format)) for p in pool]
+            continue
+        rng = random.Random(int(replay.seed))
+        made = []
+        for p in pool:
+            paths = [worked_solution(p), worked_solution(p), slipped_solution(p, rng)]
+            rng.shuffle(paths)
+            made.append(vote_replay_trace(p, paths, str(cfg.format)))
+        out[key] = made
+    return out
 
 
 def _model_source(cfg, ctx: StageContext):
@@ -107,7 +134,8 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     # Teach the text the engine will produce: no whitespace before the tags it forces (formats.canonical).
     traces = [{**t, "response": engine_form(t["response"], str(cfg.format))}
               for t in read_traces(ctx.input("filter") / "accepted.jsonl")]
-    replay = _path_replay(cfg, traces)
+    replays = _replay(cfg, traces)
+    replay = [r for key in REPLAYS for r in replays[key]]
     model, tok = load_model(_model_source(cfg, ctx), dtype=cfg.model.dtype,
                             attn_implementation=cfg.model.attn_implementation)
     if int(cfg.model.parathinker_max_paths) > 0:
@@ -132,7 +160,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     else:
         collator = CausalCollator(tok.pad_token_id)
     ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": len(traces) - len(replay),
-                            "sft.path_replay": len(replay), "sft.kept": stats.kept,
+                            **{f"sft.{key}": len(replays[key]) for key in REPLAYS}, "sft.kept": stats.kept,
                             "sft.dropped": stats.dropped, "sft.truncated": stats.truncated,
                             "sft.masked_paths": masked_paths, "sft.masked_tokens": stats.masked_tokens})
     model.train()
@@ -150,7 +178,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         log(f"sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step {int(metrics['steps'])} of "
             f"{int(metrics['planned_steps'])}, before the learning-rate schedule ended; the model is undertrained "
             "(set sft.max_minutes=0 to finish)")
-    metrics.update({"traces": float(len(traces) - len(replay)), "path_replay": float(len(replay)),
+    metrics.update({"traces": float(len(traces) - len(replay)), **{key: float(len(replays[key])) for key in REPLAYS},
                     "kept": float(stats.kept), "dropped": float(stats.dropped),
                     "truncated": float(stats.truncated), "masked_paths": float(masked_paths),
                     "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})

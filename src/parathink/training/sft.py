@@ -79,6 +79,29 @@ def path_replay_trace(record: dict, solution: str, grammar: str) -> tuple[dict, 
             [(0, len(head)), (len(response) - len(end_path), len(response))])
 
 
+def vote_replay_trace(record: dict, paths: list[str], grammar: str) -> tuple[dict, list[tuple[int, int]]]:
+    """(trace, masked spans): ``paths`` as one block with the teacher's vote summary and final answer; only the
+    summary (from its opening tag) and what follows carry loss, the paths and their tags are masked.
+
+    Why: the summary's failure at tiny scale is a blend. When two paths give 156 and one 148, the model writes
+    146, a digit from each (the vote over digits is soft, and sampling at T=1 draws from it). Two right paths and
+    one slipped path, in a random order, are that case with a known answer: they train the summary to copy the
+    majority whole. The paths are masked because the slipped one is wrong and the right ones are path replay's job.
+    """
+    if grammar != "parallel_r1":
+        raise ValueError(f"vote replay writes parallel_r1 blocks only, not {grammar!r}")
+    from parathink.formats.canonical import engine_form
+    from parathink.formats.tags import TAGS
+    from parathink.teacher.traces import voted_trace
+
+    response, _, vote = voted_trace(paths)
+    response = engine_form(response, grammar)  # as the stage writes the teacher's traces
+    if vote is None:
+        raise ValueError(f"vote replay: the paths of record {record.get('id')!r} have no majority answer")
+    summary_at = response.index(TAGS[grammar][4])
+    return {**record, "response": response}, [(0, summary_at)]
+
+
 def encode_traces(records: Sequence[dict], tokenizer, max_length: int, overlong: str = "drop",
                   mask_spans: Sequence[list[tuple[int, int]]] | None = None):
     """[{input_ids, n_prompt, ignore}] for prompt + response + eos, and counts of what did not fit ``max_length``.
