@@ -9,7 +9,7 @@ strategy, chosen per problem in the configured order among those that apply:
   which is then applied (a different order of the same arithmetic);
 - ``backwards``: left to right, then the chain undone from the result back to the start as a check.
 
-Each path ends with ``\\boxed{N}``; the summary lists the results and the vote (``traces.voted_trace``).
+Each path ends with ``\\boxed{N}``; the summary states the vote (``traces.voted_trace``; every path agrees here).
 CALIBRATION.md warns that a strategy harder than the base's skill (here: ``regroup``'s signed sums) costs a
 tiny model accuracy after SFT; the strategy list is therefore configuration, not code.
 """
