@@ -157,6 +157,10 @@ def _stage(run_dir: Path, name: str, overrides: list[str], env: dict | None = No
 
 def stages(src: Path, quick: bool) -> dict:
     """The stage CLI on CUDA; each run directory starts as a copy of ``src`` (base, teacher, filter)."""
+    missing = [s for s in ("base", "teacher", "filter") if not (src / s / "_manifest.json").is_file()]
+    if missing:  # said before anything is copied: a bare FileNotFoundError from copytree named no remedy
+        raise FileNotFoundError(f"--run-dir {src} lacks the published stages {missing}; prepare it with "
+                                "benchmarks/gpu_prepare.sh (after make demo)")
     out: dict = {}
     work = Path("/tmp/parathink-gpu")
     shutil.rmtree(work, ignore_errors=True)

@@ -26,3 +26,17 @@ def test_gpu_check_dry_run_on_cpu():
     tiny = record["engine_tiny"]
     assert tiny["engine_tok_s"] > 0 and set(tiny["fork_speedup"]) == {"2", "4"}
     assert "== gpu_check on cpu; failed: none" in proc.stdout
+
+
+def test_stages_section_names_the_missing_run_dir_and_its_remedy(tmp_path):
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks/gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base/_manifest.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"lacks the published stages \['teacher', 'filter'\].*gpu_prepare.sh"):
+        gpu_check.stages(tmp_path, quick=True)
