@@ -207,6 +207,9 @@ def worked_solution(record: dict) -> str:
     return _solution_text(start, ops, running_values(start, ops))
 
 
+_SLIPS = [d for d in range(-9, 10) if d]  # how far a slipped result lands from the right one
+
+
 def slipped_solution(record: dict, rng: random.Random) -> str:
     """A worked solution with one arithmetic slip (a result off by 1-9 at a random step), carried on faithfully
     from the wrong value, so its answer is wrong: the kind of wrong path the tiny model writes itself.
@@ -216,7 +219,7 @@ def slipped_solution(record: dict, rng: random.Random) -> str:
     start, ops = int(record["start"]), record["ops"]
     answer = running_values(start, ops)[-1]
     while True:
-        step, delta = rng.randrange(len(ops)), rng.choice([d for d in range(-9, 10) if d])
+        step, delta = rng.randrange(len(ops)), rng.choice(_SLIPS)
         values, v = [], start
         for i, (op, n) in enumerate(ops):
             v = _apply(v, op, int(n)) + (delta if i == step else 0)

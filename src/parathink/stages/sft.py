@@ -105,7 +105,8 @@ def _replay(cfg, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[in
         rng = random.Random(int(replay.seed))
         made = []
         for p in pool:
-            paths = [worked_solution(p), worked_solution(p), slipped_solution(p, rng)]
+            right = worked_solution(p)
+            paths = [right, right, slipped_solution(p, rng)]
             rng.shuffle(paths)
             made.append(vote_replay_trace(p, paths, str(cfg.format)))
         out[key] = made
@@ -136,6 +137,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
               for t in read_traces(ctx.input("filter") / "accepted.jsonl")]
     replays = _replay(cfg, traces)
     replay = [r for key in REPLAYS for r in replays[key]]
+    n_traces = len(traces)  # the filter's; the replayed ones are counted per kind
     model, tok = load_model(_model_source(cfg, ctx), dtype=cfg.model.dtype,
                             attn_implementation=cfg.model.attn_implementation)
     if int(cfg.model.parathinker_max_paths) > 0:
@@ -147,7 +149,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         spans = [wrong_path_spans(t["response"], t["answer"], str(cfg.format)) if t.get("answer") else []
                  for t in traces]
     masked_paths = sum(map(len, spans or []))
-    if replay:  # appended after the wrong-path count: their masked spans are tags, not paths
+    if replay:  # appended after the wrong-path count: their masked spans are not wrong paths of the teacher
         spans = (spans if spans is not None else [[] for _ in traces]) + [r[1] for r in replay]
         traces = traces + [r[0] for r in replay]
     train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong), mask_spans=spans)
@@ -159,7 +161,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
                                       dtype=to_dtype(cfg.model.dtype), path_ids=int(cfg.model.parathinker_max_paths) > 0)
     else:
         collator = CausalCollator(tok.pad_token_id)
-    ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": len(traces) - len(replay),
+    ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": n_traces,
                             **{f"sft.{key}": len(replays[key]) for key in REPLAYS}, "sft.kept": stats.kept,
                             "sft.dropped": stats.dropped, "sft.truncated": stats.truncated,
                             "sft.masked_paths": masked_paths, "sft.masked_tokens": stats.masked_tokens})
@@ -178,7 +180,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         log(f"sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step {int(metrics['steps'])} of "
             f"{int(metrics['planned_steps'])}, before the learning-rate schedule ended; the model is undertrained "
             "(set sft.max_minutes=0 to finish)")
-    metrics.update({"traces": float(len(traces) - len(replay)), **{key: float(len(replays[key])) for key in REPLAYS},
+    metrics.update({"traces": float(n_traces), **{key: float(len(replays[key])) for key in REPLAYS},
                     "kept": float(stats.kept), "dropped": float(stats.dropped),
                     "truncated": float(stats.truncated), "masked_paths": float(masked_paths),
                     "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})

@@ -36,16 +36,13 @@ def majority(answers: list[str | None], ties: str = "first") -> str | None:
 SUMMARIES = {"vote": "none", "listed": "first"}
 
 
-def vote_summary(answers: list[str | None], style: str = "vote") -> str:
+def vote_summary(answers: list[str | None], vote: str | None, style: str) -> str:
     """``vote``: "Most give V." (order-free); ``listed``: "Paths give A, B, C." in path order, then the vote.
 
-    The order-free style also leaves a tie without a vote: breaking it by path order would be a target the student
-    cannot see under the structured layout (and learns as a blend of the tied answers' digits). With no vote the
-    trace has no final answer, so the filter rejects it.
+    The order-free style also leaves a tie without a vote (``SUMMARIES``): breaking it by path order would be a
+    target the student cannot see under the structured layout (and learns as a blend of the tied answers' digits).
+    With no vote the trace has no final answer, and the filter rejects it.
     """
-    if style not in SUMMARIES:
-        raise ValueError(f"summary style must be one of {', '.join(SUMMARIES)}, got {style!r}")
-    vote = majority(answers, ties=SUMMARIES[style])
     if vote is not None:
         verdict = f"Most give {vote}."
     else:
@@ -63,9 +60,11 @@ def parallel_block(paths: list[str], summary: str) -> str:
 
 def voted_trace(paths: list[str], prefix: str = "", summary: str = "vote") -> tuple[str, list[str | None], str | None]:
     """(response, each path's answer, the vote): prefix, one block over ``paths``, then ``\\boxed{vote}``."""
+    if summary not in SUMMARIES:
+        raise ValueError(f"summary style must be one of {', '.join(SUMMARIES)}, got {summary!r}")
     answers = [extract_answer(p) for p in paths]
-    block = parallel_block(paths, vote_summary(answers, summary))  # checks the style
     vote = majority(answers, ties=SUMMARIES[summary])
+    block = parallel_block(paths, vote_summary(answers, vote, summary))
     response = (prefix.rstrip() + "\n" if prefix.strip() else "") + block
     if vote is not None:
         response += f"\n\\boxed{{{vote}}}"

@@ -95,9 +95,9 @@ def vote_replay_trace(record: dict, paths: list[str], grammar: str) -> tuple[dic
     from parathink.teacher.traces import voted_trace
 
     response, _, vote = voted_trace(paths)
-    response = engine_form(response, grammar)  # as the stage writes the teacher's traces
     if vote is None:
         raise ValueError(f"vote replay: the paths of record {record.get('id')!r} have no majority answer")
+    response = engine_form(response, grammar)  # as the stage writes the teacher's traces
     summary_at = response.index(TAGS[grammar][4])
     return {**record, "response": response}, [(0, summary_at)]
 
