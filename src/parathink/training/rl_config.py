@@ -104,6 +104,10 @@ class RLConfig:
             values["problems"] = dict(values["problems"])
         if "betas" in values:
             values["betas"] = tuple(float(b) for b in values["betas"])
+        if values.get("deepspeed"):  # written relative to the checkout; found in the wheel's copy in a pod
+            from parathink.config import resolve_config_path
+
+            values["deepspeed"] = resolve_config_path(str(values["deepspeed"]))
         cfg = cls(**values, extra=extra)
         cfg.check(stage)
         return cfg

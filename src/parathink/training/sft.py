@@ -250,7 +250,9 @@ def training_arguments(cfg, out_dir, *, seed: int, progress: bool, world_size: i
     accum = global_batch_plan(int(cfg.global_batch), int(cfg.micro_batch), world_size)
     extra = {}
     if cfg.get("deepspeed"):
-        extra["deepspeed"] = str(cfg.deepspeed)
+        from parathink.config import resolve_config_path
+
+        extra["deepspeed"] = resolve_config_path(str(cfg.deepspeed))
     if cfg.get("fsdp"):
         extra["fsdp"] = str(cfg.fsdp)
         extra["fsdp_config"] = dict(cfg.get("fsdp_config") or {})

@@ -1,0 +1,229 @@
+"""Where each stage runs: the cluster profile (``hydra_conf/cluster/*.yaml``) turned into one placement per stage.
+
+Every orchestrator places ``parathink stage NAME`` calls from this module's output, never from settings of its
+own: the Airflow DAG (``executor=kubernetes``), the Kubeflow pipeline, the multi-node TrainJob manifests. They
+get it from ``parathink plan [overrides]`` (JSON on stdout) or, in Python, from :func:`plan`. The module is pure
+(no torch, no Kubernetes client): a placement is plain data that each orchestrator translates into its own API.
+
+A stage is a *GPU stage* when the profile's accelerator is ``cuda``, it has GPUs per node, and the stage is in
+``gpu_stages``; it then gets the GPU pool's node selector and tolerations, ``resources.gpu`` and the GPU count.
+Every other stage gets ``resources.cpu`` on the default pool. ``stage_overrides`` adjusts one stage (for example
+``{sft: {nodes: 2}}``: SFT becomes a two-node TrainJob).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from parathink.stages.context import ConfigError
+
+ACCELERATORS = ("cpu", "cuda")
+TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+OVERRIDABLE = {"gpus_per_node", "nodes", "resources"}
+# Kubernetes quantities (cpu "500m" / "32", memory "8Gi" / "512M"): checked here so that a typo fails at plan time.
+QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """An environment variable filled from a Kubernetes Secret at pod start (its value is never in a config)."""
+
+    env: str
+    secret: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What one ``parathink stage NAME`` call needs from the cluster."""
+
+    stage: str
+    gpu: bool  # on the GPU pool
+    gpus_per_node: int  # GPUs per pod (0 for CPU stages)
+    nodes: int  # > 1: a multi-node TrainJob
+    resources: dict[str, str]  # requests = limits: {"cpu": "32", "memory": "256Gi"}
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, Any]]
+    image: str
+    image_pull_policy: str
+    namespace: str
+    service_account: str
+    shm_size: str
+    env: dict[str, str]
+    secrets: list[SecretRef]
+    volume: dict[str, str] | None  # {"claim": PVC, "mount_path": PATH}
+    retries: int  # for exit code 1 only
+    retry_backoff_s: int
+    startup_timeout_s: int
+    gpu_resource: str = "nvidia.com/gpu"
+    trainer_runtime: str = "torch-distributed"
+    procs_per_node: int = field(init=False)
+
+    def __post_init__(self):
+        # torchrun starts one process per GPU; a CPU stage runs as one process.
+        object.__setattr__(self, "procs_per_node", max(1, self.gpus_per_node))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _get(profile: Mapping, key: str, where: str):
+    if key not in profile:
+        raise ConfigError(f"{where}.{key}: missing from the cluster profile")
+    return profile[key]
+
+
+def _quantity(value: Any, where: str) -> str:
+    text = str(value)
+    if not QUANTITY.match(text):
+        raise ConfigError(f"{where}: {text!r} is not a Kubernetes quantity (e.g. '2', '500m', '8Gi')")
+    return text
+
+
+def _count(value: Any, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _resources(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping) or set(value) - {"cpu", "memory"} or not value:
+        raise ConfigError(f"{where}: must be a mapping with 'cpu' and/or 'memory', got {value!r}")
+    return {k: _quantity(v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _tolerations(value: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: must be a list, got {value!r}")
+    out = []
+    for i, tol in enumerate(value):
+        w = f"{where}[{i}]"
+        if not isinstance(tol, Mapping) or set(tol) - TOLERATION_KEYS:
+            raise ConfigError(f"{w}: keys must be among {sorted(TOLERATION_KEYS)}, got {tol!r}")
+        if tol.get("operator", "Equal") not in TOLERATION_OPERATORS:
+            raise ConfigError(f"{w}.operator: must be one of {TOLERATION_OPERATORS}, got {tol.get('operator')!r}")
+        if tol.get("effect", "") not in TOLERATION_EFFECTS:
+            raise ConfigError(f"{w}.effect: must be one of {TOLERATION_EFFECTS[:3]}, got {tol.get('effect')!r}")
+        if tol.get("operator") == "Exists" and tol.get("value"):
+            raise ConfigError(f"{w}: operator Exists takes no value")
+        out.append(dict(tol))
+    return out
+
+
+def _string_map(value: Any, where: str, keys: re.Pattern | None = None) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: must be a mapping, got {value!r}")
+    for k in value:
+        if keys is not None and not keys.match(str(k)):
+            raise ConfigError(f"{where}: {k!r} is not a valid environment variable name")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _secrets(value: Any, where: str) -> list[SecretRef]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: must be a mapping ENV: {{secret: NAME, key: KEY}}, got {value!r}")
+    out = []
+    for env, ref in value.items():
+        w = f"{where}.{env}"
+        if not ENV_NAME.match(str(env)):
+            raise ConfigError(f"{w}: not a valid environment variable name")
+        if not isinstance(ref, Mapping) or set(ref) != {"secret", "key"}:
+            raise ConfigError(f"{w}: must be {{secret: NAME, key: KEY}}, got {ref!r}")
+        if not DNS_NAME.match(str(ref["secret"])):
+            raise ConfigError(f"{w}.secret: {ref['secret']!r} is not a valid Secret name")
+        out.append(SecretRef(env=str(env), secret=str(ref["secret"]), key=str(ref["key"])))
+    return out
+
+
+def _volume(value: Any, where: str) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != {"claim", "mount_path"}:
+        raise ConfigError(f"{where}: must be null or {{claim: PVC_NAME, mount_path: /path}}, got {value!r}")
+    if not str(value["mount_path"]).startswith("/"):
+        raise ConfigError(f"{where}.mount_path: must be an absolute path, got {value['mount_path']!r}")
+    return {"claim": str(value["claim"]), "mount_path": str(value["mount_path"])}
+
+
+def _profile_dict(cfg) -> dict:
+    """The ``cluster`` section as plain data (a DictConfig, a dict, or a composed root config)."""
+    section = cfg.get("cluster") if hasattr(cfg, "get") and "cluster" in cfg else cfg
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(section, DictConfig):
+            section = OmegaConf.to_container(section, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency; plain dicts work without it
+        pass
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"cluster: must be a mapping (a file of hydra_conf/cluster/), got {section!r}")
+    return dict(section)
+
+
+def placement(cfg, stage: str) -> Placement:
+    """The placement of ``stage`` under the config's cluster profile; raises ConfigError naming the bad key."""
+    p = _profile_dict(cfg)
+    w = "cluster"
+    accelerator = _get(p, "accelerator", w)
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"cluster.accelerator: must be one of {ACCELERATORS}, got {accelerator!r}")
+    gpu_stages = _get(p, "gpu_stages", w)
+    if not isinstance(gpu_stages, list):
+        raise ConfigError(f"cluster.gpu_stages: must be a list of stage names, got {gpu_stages!r}")
+    overrides = _get(p, "stage_overrides", w) or {}
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"cluster.stage_overrides: must be a mapping stage -> settings, got {overrides!r}")
+    mine = overrides.get(stage) or {}
+    bad = set(mine) - OVERRIDABLE
+    if bad:
+        raise ConfigError(f"cluster.stage_overrides.{stage}: unknown keys {sorted(bad)} (allowed: {sorted(OVERRIDABLE)})")
+    gpus = _count(mine.get("gpus_per_node", _get(p, "gpus_per_node", w)), f"{w}.gpus_per_node", 0)
+    gpu = accelerator == "cuda" and gpus > 0 and stage in gpu_stages
+    kind = "gpu" if gpu else "cpu"
+    resources = _get(p, "resources", w)
+    if not isinstance(resources, Mapping) or kind not in resources:
+        raise ConfigError(f"cluster.resources.{kind}: missing (resources needs 'gpu' and 'cpu' entries)")
+    pool = _get(p, "node_pool", w) or {}
+    if not isinstance(pool, Mapping) or set(pool) - {"node_selector", "tolerations"}:
+        raise ConfigError(f"cluster.node_pool: must be {{node_selector: {{...}}, tolerations: [...]}}, got {pool!r}")
+    pull = _get(p, "image_pull_policy", w)
+    if pull not in PULL_POLICIES:
+        raise ConfigError(f"cluster.image_pull_policy: must be one of {PULL_POLICIES}, got {pull!r}")
+    retries = _get(p, "retries", w)
+    if not isinstance(retries, Mapping) or set(retries) != {"max", "backoff_s"}:
+        raise ConfigError(f"cluster.retries: must be {{max: N, backoff_s: S}}, got {retries!r}")
+    return Placement(
+        stage=stage,
+        gpu=gpu,
+        gpus_per_node=gpus if gpu else 0,
+        nodes=_count(mine.get("nodes", _get(p, "nodes", w)), f"{w}.nodes", 1) if gpu else 1,
+        resources=_resources(mine.get("resources", resources[kind]), f"{w}.resources.{kind}"),
+        node_selector=_string_map(pool.get("node_selector") or {}, f"{w}.node_pool.node_selector") if gpu else {},
+        tolerations=_tolerations(pool.get("tolerations") or [], f"{w}.node_pool.tolerations") if gpu else [],
+        image=str(_get(p, "image", w)),
+        image_pull_policy=pull,
+        namespace=str(_get(p, "namespace", w)),
+        service_account=str(_get(p, "service_account", w)),
+        shm_size=_quantity(_get(p, "shm_size", w), f"{w}.shm_size"),
+        env=_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME),
+        secrets=_secrets(_get(p, "secrets", w) or {}, f"{w}.secrets"),
+        volume=_volume(_get(p, "volume", w), f"{w}.volume"),
+        retries=_count(retries["max"], f"{w}.retries.max", 0),
+        retry_backoff_s=_count(retries["backoff_s"], f"{w}.retries.backoff_s", 0),
+        startup_timeout_s=_count(_get(p, "startup_timeout_s", w), f"{w}.startup_timeout_s", 1),
+        gpu_resource=str(p.get("gpu_resource", "nvidia.com/gpu")),
+        trainer_runtime=str(p.get("trainer_runtime", "torch-distributed")),
+    )
+
+
+def plan(cfg, stages: list[str]) -> dict[str, Placement]:
+    """{stage: placement} for ``stages``, in order."""
+    p = _profile_dict(cfg)
+    return {stage: placement(p, stage) for stage in stages}

@@ -1,0 +1,73 @@
+"""Finding and composing parathink's Hydra config (no torch: orchestrators and ``parathink plan`` use it).
+
+The configs are edited in the checkout's ``hydra_conf/``; a built wheel carries a copy of that folder as
+``parathink/hydra_conf`` (``setup.py`` copies it at build time), so an installed ``parathink`` composes the
+same configs outside the checkout (in the trainer image, in a KFP component). ``PARATHINK_CONFIG_DIR`` points
+at another folder of the same shape.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from parathink.stages.context import ConfigError
+
+PACKAGED = Path(__file__).resolve().parent / "hydra_conf"  # present in an installed wheel only
+CHECKOUT = Path(__file__).resolve().parents[2] / "hydra_conf"  # src/parathink/config.py -> <checkout>/hydra_conf
+
+
+def config_dir() -> Path:
+    """The folder Hydra composes from: ``PARATHINK_CONFIG_DIR``, else the wheel's copy, else the checkout's."""
+    env = os.environ.get("PARATHINK_CONFIG_DIR")
+    if env:
+        return Path(env)
+    return PACKAGED if (PACKAGED / "config.yaml").is_file() else CHECKOUT
+
+
+def resolve_config_path(value: str) -> str:
+    """A file a config names (``hydra_conf/deepspeed/zero2.json``) as a real path wherever parathink runs.
+
+    Paths are written relative to the checkout; a path that does not exist as given and starts with
+    ``hydra_conf/`` is looked up in :func:`config_dir` instead (the wheel's copy in a pod).
+    """
+    path = Path(value)
+    if path.is_absolute() or path.exists():
+        return str(path)
+    parts = path.parts
+    if parts and parts[0] == "hydra_conf":
+        return str(config_dir().joinpath(*parts[1:]))
+    return str(path)
+
+
+def _one_line(err: Exception) -> str:
+    """Hydra's composition errors span lines; the CLI prints one that names the key."""
+    msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    cause = err.__cause__
+    if cause is not None and "not in struct" in str(cause):
+        key = str(cause).split("full_key:")[-1].split()[0] if "full_key:" in str(cause) else ""
+        return f"unknown config key {key!r} ({msg.rstrip('.')}; add a leading '+' only to add a new key)"
+    return msg
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The root config with ``overrides``; raises ConfigError with a one-line message."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(config_dir())):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(f"config: {_one_line(err)}") from err
+    return cfg
+
+
+def experiments() -> list[str]:
+    """The experiment names a user can pick (the files of ``hydra_conf/experiment/``)."""
+    return sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))

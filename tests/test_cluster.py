@@ -1,0 +1,68 @@
+"""Placement from the cluster profiles, and `parathink plan` (what Airflow and Kubeflow read)."""
+
+import json
+
+import pytest
+
+from parathink import cli, cluster
+from parathink.config import compose
+from parathink.stages.context import ConfigError
+
+
+def test_gpu_profile_places_gpu_stages_on_the_pool_and_the_rest_on_cpu():
+    cfg = compose(["experiment=parallel_r1_seen"])
+    plan = cluster.plan(cfg, ["filter", "sft"])
+    sft, filt = plan["sft"], plan["filter"]
+    assert sft.gpu and sft.gpus_per_node == 8 and sft.procs_per_node == 8 and sft.nodes == 1
+    assert sft.node_selector == {"parathink.io/pool": "gpu"}
+    assert sft.tolerations == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert sft.resources == {"cpu": "32", "memory": "256Gi"} and sft.shm_size == "64Gi"
+    assert {s.env for s in sft.secrets} == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_TOKEN"}
+    assert not filt.gpu and filt.gpus_per_node == 0 and filt.node_selector == {} and filt.tolerations == []
+    assert filt.resources == {"cpu": "2", "memory": "8Gi"}
+
+
+def test_local_profile_has_no_gpu_stage_and_overrides_apply_per_stage():
+    cfg = compose(["cluster=gpu", "+cluster.stage_overrides.sft.nodes=2"])
+    assert cluster.placement(cfg, "sft").nodes == 2 and cluster.placement(cfg, "rl_hard").nodes == 1
+    local = compose([])
+    assert not any(p.gpu for p in cluster.plan(local, list(local.stages)).values())
+
+
+@pytest.mark.parametrize("override, message", [
+    ("cluster.accelerator=tpu", "cluster.accelerator: must be one of"),
+    ("cluster.shm_size=lots", "cluster.shm_size: 'lots' is not a Kubernetes quantity"),
+    ("cluster.resources.gpu.memory=8gb", "cluster.resources.gpu.memory: '8gb' is not a Kubernetes quantity"),
+    ("cluster.gpus_per_node=-1", "cluster.gpus_per_node: must be an integer >= 0"),
+    ("cluster.image_pull_policy=Sometimes", "cluster.image_pull_policy: must be one of"),
+    ("+cluster.secrets.bad-name={secret:s,key:k}", "cluster.secrets.bad-name: not a valid environment variable"),
+    ("+cluster.secrets.TOKEN={secret:Bad_Name,key:k}", "cluster.secrets.TOKEN.secret: 'Bad_Name' is not a valid"),
+    ("cluster.node_pool.tolerations=[{key:a,operator:Maybe}]", "cluster.node_pool.tolerations[0].operator"),
+    ("+cluster.stage_overrides.sft.image=x", "cluster.stage_overrides.sft: unknown keys ['image']"),
+    ("cluster.volume={claim:runs,mount_path:relative}", "cluster.volume.mount_path: must be an absolute path"),
+])
+def test_bad_profile_values_name_the_key(override, message):
+    cfg = compose(["experiment=parallel_r1_seen", override])
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        cluster.plan(cfg, ["sft"])
+
+
+def test_plan_prints_stages_and_placement_as_json(capsys):
+    assert cli.main(["plan", "experiment=parallel_r1_seen", "run_dir=s3://b/runs/x", "seed=3"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stages"] == ["base", "teacher", "filter", "sft", "rl_easy", "rl_hard", "eval"]
+    assert doc["run_dir"] == "s3://b/runs/x" and doc["seed"] == 3 and doc["cluster"]["name"] == "gpu"
+    assert doc["placement"]["rl_hard"]["gpus_per_node"] == 8 and not doc["placement"]["base"]["gpu"]
+    assert doc["tracking"]["backend"] == "mlflow"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["seed=abc"], "seed: must be an integer"),
+    (["stages=[teacher,nosuch]"], "stages: unknown stage 'nosuch'"),
+    (["sft.nosuch=1"], "unknown config key"),
+    (["cluster.shm_size=lots"], "cluster.shm_size"),
+])
+def test_plan_refuses_bad_config_in_one_line(capsys, args, message):
+    assert cli.main(["plan", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

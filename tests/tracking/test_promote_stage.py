@@ -1,0 +1,63 @@
+"""`parathink stage promote`: the pipelines' last task moves `champion` only when this run's best model wins."""
+
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from parathink.stages import runner
+
+
+def _run(c, run_dir: str, *extra: str) -> list[str]:
+    c.run_dir = run_dir
+    over = c.overrides(f"tracking.uri={c.uri}", *extra, stages=("prep", "train", "tune", "eval"))
+    assert runner.main_run(over) == 0
+    return over
+
+
+def _champion(c):
+    v = MlflowClient(tracking_uri=c.uri).get_model_version_by_alias("parathink-tiny", "champion")
+    return v.version, v.tags["stage"], v.tags["eval.hard.accuracy"]
+
+
+def test_promote_stage_moves_champion_on_a_win_only(curriculum, capsys):
+    tmp = Path(curriculum.tmp)
+    over = _run(curriculum, str(tmp / "a"))  # best model of run a: tune, hard 0.19
+    assert runner.main_stage("promote", over) == 0
+    assert "no champion yet" in capsys.readouterr().err
+    first = _champion(curriculum)
+    assert first[1:] == ("tune", "0.19")
+    decision = json.loads((tmp / "a" / "promote" / "promotion.json").read_text())
+    assert decision["promoted"] is True and decision["champion_before"] is None
+
+    over = _run(curriculum, str(tmp / "b"), "tune.steps=5")  # run b's tune scores 0.28: a win
+    assert runner.main_stage("promote", over) == 0
+    err = capsys.readouterr().err
+    assert "promoted" in err and "| hard.accuracy **(promotion metric)** | 0.28 | 0.19 |" in err
+    assert _champion(curriculum)[2] == "0.28"
+
+    over = _run(curriculum, str(tmp / "c"))  # 0.19 again: loses, champion stays
+    assert runner.main_stage("promote", over + ["tracking.promote.margin=0.0"]) == 0
+    assert "kept champion" in capsys.readouterr().err
+    assert _champion(curriculum)[2] == "0.28"
+    table = (tmp / "c" / "promote" / "comparison.md").read_text()
+    assert "| hard.accuracy **(promotion metric)** | 0.19 | 0.28 |" in table
+
+
+def test_promote_stage_refuses_failed_gates_and_missing_eval(curriculum, capsys):
+    tmp = Path(curriculum.tmp)
+    over = _run(curriculum, str(tmp / "a"))
+    manifest = tmp / "a" / "tune" / "_manifest.json"
+    data = json.loads(manifest.read_text())
+    data["gates"] = {"passed": False, "expectations": []}
+    manifest.write_text(json.dumps(data))
+    assert runner.main_stage("promote", over) == 3
+    assert "gates failed at tune" in capsys.readouterr().err
+    client = MlflowClient(tracking_uri=curriculum.uri)
+    assert not client.get_registered_model("parathink-tiny").aliases.get("champion")
+
+    curriculum.run_dir = str(tmp / "empty")
+    assert runner.main_stage("promote", curriculum.overrides(f"tracking.uri={curriculum.uri}")) == 2
+    assert "needs outputs of 'eval'" in capsys.readouterr().err
+    assert runner.main_stage("promote", curriculum.overrides("tracking=none")) == 2
+    assert "needs the MLflow registry" in capsys.readouterr().err
