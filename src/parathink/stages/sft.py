@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+from parathink.config import resolve_config_path
 from parathink.stages.context import ConfigError, StageContext
 
 # Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
@@ -36,7 +37,7 @@ def validate(cfg) -> None:
         raise ConfigError(f"sft.lr must be > 0, got {s.lr}")
     if s.precision not in ("fp32", "bf16"):
         raise ConfigError(f"sft.precision={s.precision!r}: expected fp32 or bf16")
-    if s.get("deepspeed") and not Path(str(s.deepspeed)).is_file():
+    if s.get("deepspeed") and not Path(resolve_config_path(str(s.deepspeed))).is_file():
         raise ConfigError(f"sft.deepspeed={s.deepspeed!r}: no such DeepSpeed JSON file")
     for key in REPLAYS:
         replay = s[key]
