@@ -1,0 +1,109 @@
+"""What a pipeline run executes, from the user's overrides: validated exactly as ``parathink run`` validates them.
+
+:func:`make_plan` composes the config, runs ``parathink plan``'s checks (:func:`parathink.stages.runner.plan_document`)
+and reads every placement from the cluster profile, so a typo fails here, before anything is compiled, with the
+same one-line :class:`ConfigError`. :func:`stage_objects` turns one stage of a plan into Kubernetes objects.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from parathink import cluster
+from parathink.cluster import Placement
+from parathink.kfp import manifests
+from parathink.stages.context import ConfigError
+
+
+@dataclass(frozen=True)
+class Plan:
+    experiment: str
+    seed: int
+    run_dir: str  # the pipeline's run directory (see pipeline_run_dir)
+    stages: list[str]
+    placements: dict[str, Placement]  # where each stage's `parathink stage` runs
+    overrides: list[str]  # the user's overrides minus run_dir (the pipeline's one parameter)
+    namespace: str
+    service_account: str
+
+    launchers: dict[str, Placement]  # multi-node stages: the pod that creates the TrainJob and waits for it
+
+    def task_placement(self, stage: str) -> Placement:
+        """Where the KFP task of ``stage`` runs: its own placement, or the launcher's for a multi-node stage."""
+        return self.launchers.get(stage) or self.placements[stage]
+
+
+def _launchers(cfg, placements: dict[str, Placement]) -> dict[str, Placement]:
+    """For each multi-node stage, a CPU pod on the default pool (the profile's ``resources.cpu``, no GPU, no
+    GPU-pool selector or tolerations): it only creates the TrainJob and waits; the GPUs go to the TrainJob."""
+    from omegaconf import OmegaConf
+
+    profile = {**OmegaConf.to_container(cfg.cluster, resolve=True), "gpu_stages": [], "stage_overrides": {}}
+    return {s: cluster.placement(profile, s) for s, p in placements.items() if p.nodes > 1}
+
+
+def _is_shared(path: str) -> bool:
+    return "://" in path or path.startswith("/")
+
+
+def pipeline_run_dir(run_dir: str, runs_root: str) -> str:
+    """Where the run directory lives for a pipeline.
+
+    A relative run directory is a folder on one machine; every pod of a cluster has its own disk. When the
+    profile's ``runs_root`` is shared storage (``s3://...``, or an absolute path on the PVC), a relative run_dir
+    goes under it: the default ``runs/<experiment>`` becomes ``<runs_root>/<experiment>``. The local profile
+    (``runs_root: runs``) keeps it as it is.
+    """
+    if _is_shared(run_dir) or not _is_shared(runs_root):
+        return run_dir
+    parts = [p for p in posixpath.normpath(run_dir).split("/") if p not in ("", ".")]
+    if parts and parts[0] == "runs":  # the conventional local root, replaced by the profile's
+        parts = parts[1:]
+    if not parts or ".." in parts:
+        raise ConfigError(f"run_dir: {run_dir!r} does not name a folder under cluster.runs_root {runs_root!r}")
+    return runs_root.rstrip("/") + "/" + "/".join(parts)
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def make_plan(overrides: list[str]) -> Plan:
+    """Compose and validate the config for ``overrides``; raises ConfigError (one line) when anything is wrong."""
+    from parathink.config import compose
+    from parathink.stages.runner import plan_document
+
+    cfg = compose(list(overrides))
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
+        raise ConfigError(f"seed: must be an integer, got {cfg.seed!r}")
+    doc = plan_document(cfg, [str(s) for s in cfg.stages])
+    placements = cluster.plan(cfg, doc["stages"])
+    if not placements:
+        raise ConfigError("stages: the pipeline needs at least one enabled stage")
+    first = next(iter(placements.values()))
+    return Plan(experiment=doc["experiment"], seed=doc["seed"], stages=doc["stages"], placements=placements,
+                launchers=_launchers(cfg, placements),
+                run_dir=pipeline_run_dir(doc["run_dir"], doc["cluster"]["runs_root"]),
+                overrides=[o for o in overrides if _key(o) != "run_dir"],
+                namespace=first.namespace, service_account=first.service_account)
+
+
+def objects(plan: Plan, stage: str) -> list[dict]:
+    """The Kubernetes objects that run ``stage`` of ``plan``, as plain dicts.
+
+    A one-node stage: its Pod, running ``parathink stage NAME``. A multi-node stage: the launcher Pod (running
+    ``parathink kfp trainjob NAME``) and the TrainJob it creates.
+    """
+    p = plan.placements[stage]
+    command = manifests.stage_command(stage, plan.run_dir, plan.overrides)
+    if p.nodes == 1:
+        return [manifests.pod_manifest(p, command)]
+    launcher = ["parathink", "kfp", "trainjob", *command[2:]]
+    return [manifests.pod_manifest(plan.task_placement(stage), launcher),
+            manifests.trainjob_manifest(p, command, manifests.trainjob_name(stage))]
+
+
+def stage_objects(overrides: list[str], stage: str) -> list[dict]:
+    """:func:`objects` of ``stage`` for the run ``overrides`` describe (for tests that create them on an API server)."""
+    return objects(make_plan([*overrides, f"stages=[{stage}]"]), stage)
