@@ -1,7 +1,6 @@
 """Source loaders on small files of each data set's real column layout, local and on a real S3 server (moto)."""
 
 import json
-import socket
 import sys
 import types
 
@@ -104,27 +103,8 @@ def test_hub_unreachable_is_one_clear_error(monkeypatch):
         load_source("gsm8k")
 
 
-@pytest.fixture(scope="module")
-def s3_server():
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-def test_s3_object_and_prefix_against_a_real_s3_server(s3_server, tmp_path, monkeypatch):
-    import boto3
-
-    for k, v in {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    client = boto3.client("s3")
+def test_s3_object_and_prefix_against_a_real_s3_server(s3_client, tmp_path):
+    client = s3_client
     client.create_bucket(Bucket="problems")
     _write(tmp_path / "dapo.parquet", ROWS["dapo_math_17k"])
     client.upload_file(str(tmp_path / "dapo.parquet"), "problems", "dapo/part-0.parquet")

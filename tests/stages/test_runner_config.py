@@ -20,7 +20,7 @@ def test_paper_settings_reach_the_stages():
     seen = runner.compose(["experiment=parallel_r1_seen"])
     assert (seen.rl_easy.prompts_per_step, seen.rl_easy.group_size, seen.rl_easy.lr) == (1024, 5, 1e-6)
     assert (seen.rl_hard.prompts_per_step, seen.rl_hard.group_size, seen.rl_hard.steps) == (512, 8, 300)
-    assert seen.rl_hard.kl_coef == 0.0 and seen.eval.sets.aime25.k == 16 and seen.eval.sets.math500.k == 1
+    assert seen.rl_hard.kl_coef == 0.0 and seen.eval.sets.aime25.k == 16 and seen.eval.sets.math.k == 1
     assert seen.eval.sampling.temperature == 1.0 and seen.model.source == "Qwen/Qwen3-4B-Base"
     s2 = runner.compose(["experiment=parallel_r1_unseen_s2"])
     assert (s2.rl_hard.reward, s2.rl_hard.mode, s2.rl_hard.eps_high, s2.rl_hard.init_from) == \

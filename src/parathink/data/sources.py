@@ -13,6 +13,10 @@ Where the rows come from is told by a URI:
 How a row becomes a record is told by the source's layout (``LAYOUTS``): the column layout each data set has on
 the hub (GSM8K's ``question``/``answer`` with the final answer after ``####``, DAPO-Math-17k's chat ``prompt`` and
 ``reward_model.ground_truth``, ...). Local and S3 copies keep the hub's columns, so one layout serves all three.
+The ``verl`` layout (``parathink.data.verl``: ``data_source``, chat ``prompt``, ``reward_model.ground_truth``) is
+any data set's: ``source: verl`` reads it, and a named source whose file has verl's columns instead of its own is
+read as verl (the loader says so on stderr). ``data_source`` picks the rows of one set from a file holding several;
+rows that repeat one problem are one record whose ``repeats`` counts them (the eval's default ``k``).
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
+import sys
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from parathink.data import verl
 
 REQUIRED_FIELDS = ("id", "source", "problem", "answer")
 
@@ -54,19 +62,11 @@ def _gsm8k(row: Mapping, index: int, split: str) -> dict:
     return {"id": f"{split}-{index}", "problem": row["question"], "answer": final}
 
 
-# DAPO-Math-17k wraps each problem in an instruction asking for an "Answer:" line; the problem is the middle.
-_DAPO_WRAPPER = re.compile(r"^Solve the following math problem.*?\n\n(?P<problem>.*?)(?:\n\nRemember to put your answer.*)?$",
-                           re.S)
-
-
 def _dapo(row: Mapping, index: int, split: str) -> dict:
-    prompt = row["prompt"]
-    content = prompt[-1]["content"] if isinstance(prompt, (list, tuple)) else str(prompt)
-    m = _DAPO_WRAPPER.match(content)
-    problem = m.group("problem") if m else content
+    """DAPO-Math-17k: the verl layout, its "Answer:" instruction wrapper stripped (``verl.WRAPPERS``)."""
     extra = row.get("extra_info") or {}
-    return {"id": str(extra.get("index", f"{split}-{index}")), "problem": problem.strip(),
-            "answer": _clean_answer(row["reward_model"]["ground_truth"])}
+    return {"id": str(extra.get("index", f"{split}-{index}")),
+            "problem": verl.strip_wrapper(verl.user_message(row["prompt"])), "answer": verl.ground_truth(row)}
 
 
 def _math500(row: Mapping, index: int, split: str) -> dict:
@@ -109,6 +109,7 @@ LAYOUTS: dict[str, SourceLayout] = {
         SourceLayout("aime25", "math-ai/aime25", None, "test", _problem_answer),
         SourceLayout("amc23", "math-ai/amc23", None, "test", _problem_answer),
         SourceLayout("native", None, None, "train", _native),
+        SourceLayout("verl", None, None, "train", verl.to_record),
     ]
 }
 
@@ -136,7 +137,9 @@ def _rows_from_bytes(data: bytes, where: str) -> Iterator[dict]:
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(io.BytesIO(data))
+            # No Arrow thread pools: a pool still running at exit aborts the process now and then (SIGABRT
+            # after the work is done), and a file that fits in memory gains little from threads.
+            table = pq.read_table(io.BytesIO(data), use_threads=False, pre_buffer=False)
         except Exception as e:  # pyarrow raises several types for a corrupt file
             raise SourceError(f"{where}: not a readable Parquet file ({e})") from None
         yield from table.to_pylist()
@@ -223,7 +226,12 @@ def read_rows(uri: str | os.PathLike) -> Iterator[dict]:
 # ---------------------------------------------------------------------------------------------- loading
 
 
-def _to_record(layout: SourceLayout, row: Mapping, index: int, split: str, where: str) -> dict:
+def _note(msg: str) -> None:
+    print(f"[parathink] data: {msg}", file=sys.stderr)
+
+
+def _to_record(name: str, layout: SourceLayout, row: Mapping, index: int, split: str, where: str) -> dict:
+    """Source ``name``'s record of one row, read with ``layout`` (the source's own, or verl's)."""
     try:
         fields = layout.to_record(row, index, split)
     except (KeyError, TypeError, IndexError) as e:
@@ -231,19 +239,95 @@ def _to_record(layout: SourceLayout, row: Mapping, index: int, split: str, where
                           f"(missing or malformed {e}); columns: {sorted(row)}") from None
     if not str(fields["problem"]).strip() or fields["answer"] in ("", "None"):
         raise SourceError(f"{where}: row {index + 1} has an empty problem or answer")
-    record = {"id": f"{layout.name}-{fields['id']}" if layout.name != "native" else fields["id"],
-              "source": row.get("source", layout.name) if layout.name == "native" else layout.name,
+    record = {"id": f"{name}-{fields['id']}" if name != "native" else fields["id"],
+              "source": row.get("source", name) if name == "native" else name,
               "problem": str(fields["problem"]), "answer": fields["answer"]}
-    if fields.get("level") is not None:
-        record["level"] = fields["level"]
+    for key in ("level", "data_source"):
+        if fields.get(key) is not None:
+            record[key] = fields[key]
     return record
 
 
+def _select(numbered: Iterable[tuple[int, dict]], data_source: Any, where: str) -> Iterator[tuple[int, dict]]:
+    """The rows of the data source(s) asked for: a combined verl file holds several sets."""
+    wanted = [str(data_source)] if isinstance(data_source, (str, int)) else [str(d) for d in data_source]
+    found: Counter = Counter()
+    for i, row in numbered:
+        if "data_source" not in row:
+            # A hub layout's file holds one set; the spec's data_source names that set's rows in a verl file.
+            _note(f"{where}: no data_source column ({', '.join(wanted)} applies to verl files); every row read")
+            yield i, row
+            yield from numbered
+            return
+        found[str(row["data_source"])] += 1
+        if str(row["data_source"]) in wanted:
+            yield i, row
+    missing = [w for w in wanted if not found[w]]
+    if missing:
+        have = ", ".join(f"{k} ({n} rows)" for k, n in found.items()) or "no rows"
+        raise SourceError(f"{where}: no row has data_source {', '.join(missing)}; the file has {have}")
+
+
+def _fits(layout: SourceLayout, row: Mapping, index: int, split: str) -> bool:
+    try:
+        layout.to_record(row, index, split)
+    except (KeyError, TypeError, IndexError):
+        return False
+    return True
+
+
+def _pick_layout(name: str, numbered: Iterator[tuple[int, dict]], split: str,
+                 where: str) -> tuple[SourceLayout, Iterator[tuple[int, dict]]]:
+    """Source ``name``'s own layout, or verl's when the file has verl's columns instead; the first row decides,
+    and stderr says so when verl is used for a named source or when both layouts fit."""
+    own, verl_layout = LAYOUTS[name], LAYOUTS["verl"]
+    first = next(numbered, None)
+    if first is None:
+        return own, iter(())
+    numbered = chain([first], numbered)
+    if own is verl_layout:
+        return own, numbered
+    fits = [lay for lay in (own, verl_layout) if _fits(lay, first[1], first[0], split)]
+    if fits == [verl_layout]:
+        _note(f"{where}: columns of the verl layout, not of {name}'s; read as verl")
+        return verl_layout, numbered
+    if len(fits) == 2:
+        _note(f"{where}: columns fit both the {name} and the verl layout; read as {name} "
+              f"(source: verl reads it as verl)")
+    return own, numbered
+
+
+def _merge_repeats(numbered: Iterable[tuple[int, dict]], where: str) -> list[dict]:
+    """One record per problem, in file order: rows that repeat a problem (same data source, problem and answer)
+    count in its ``repeats``; an id repeated on another problem is an error."""
+    by_problem: dict[tuple, dict] = {}
+    row_of: dict[str, int] = {}
+    for i, rec in numbered:
+        first = by_problem.setdefault((rec.get("data_source"), rec["problem"], rec["answer"]), rec)
+        if first is not rec:
+            first["repeats"] = first.get("repeats", 1) + 1
+        elif rec["id"] in row_of:
+            raise SourceError(f"{where}: row {i + 1} repeats id {rec['id']!r} of row {row_of[rec['id']] + 1} "
+                              f"on another problem")
+        else:
+            row_of[rec["id"]] = i
+    return list(by_problem.values())
+
+
+def repeats(records: Iterable[Mapping]) -> Counter:
+    """``{rows per problem: problems}`` of records from ``load_source`` (Parallel-R1's AIME rows: ``{16: 30}``)."""
+    return Counter(int(r.get("repeats", 1)) for r in records)
+
+
 def load_source(name: str, uri: str | os.PathLike | None = None, *, split: str | None = None,
-                limit: int | None = None) -> list[dict]:
-    """Records of source ``name`` (a key of ``LAYOUTS``) from ``uri`` (see the module docstring)."""
+                limit: int | None = None, data_source: Any = None) -> list[dict]:
+    """Records of source ``name`` (a key of ``LAYOUTS``) from ``uri`` (see the module docstring): one per problem,
+    with ``repeats`` when rows repeat it. ``data_source`` (a name or a list) keeps those sets' rows; ``limit``
+    keeps the first problems."""
     if name not in LAYOUTS:
         raise SourceError(f"unknown source {name!r}; expected one of {sorted(LAYOUTS)} or 'synthetic'")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise SourceError(f"source {name!r}: limit must be an integer >= 1, got {limit!r}")
     layout = LAYOUTS[name]
     split = split or layout.hub_split
     if uri is None or str(uri).startswith("hub:"):
@@ -254,21 +338,18 @@ def load_source(name: str, uri: str | os.PathLike | None = None, *, split: str |
         where = f"hub:{hub_id}"
     else:
         rows, where = read_rows(uri), str(uri)
-    records, seen = [], set()
-    for i, row in enumerate(rows):
-        if limit is not None and len(records) >= limit:
-            break
-        rec = _to_record(layout, row, i, split, where)
-        if rec["id"] in seen:
-            raise SourceError(f"{where}: row {i + 1} repeats id {rec['id']!r}")
-        seen.add(rec["id"])
-        records.append(rec)
-    return records
+    numbered: Iterator[tuple[int, dict]] = iter(enumerate(rows))
+    if data_source is not None:
+        numbered = _select(numbered, data_source, where)
+    if uri is not None and not str(uri).startswith("hub:"):  # a hub set has its own layout; a copy may not
+        layout, numbered = _pick_layout(name, numbered, split, where)
+    records = _merge_repeats(((i, _to_record(name, layout, row, i, split, where)) for i, row in numbered), where)
+    return records[:limit] if limit is not None else records
 
 
 def load_problems(spec: Mapping[str, Any], seed: int = 0) -> list[dict]:
     """Problems from one config entry: ``{source: synthetic, level, split, n, seed?}`` or
-    ``{source: gsm8k|dapo_math_17k|..., uri?, split?, limit?}``."""
+    ``{source: gsm8k|dapo_math_17k|...|verl, uri?, split?, limit?, data_source?}``."""
     spec = dict(spec)
     source = spec.get("source")
     if source == "synthetic":
@@ -281,4 +362,5 @@ def load_problems(spec: Mapping[str, Any], seed: int = 0) -> list[dict]:
         return records
     if not source:
         raise SourceError(f"problem set {spec} has no 'source'")
-    return load_source(source, spec.get("uri"), split=spec.get("split"), limit=spec.get("limit"))
+    return load_source(source, spec.get("uri"), split=spec.get("split"), limit=spec.get("limit"),
+                       data_source=spec.get("data_source"))

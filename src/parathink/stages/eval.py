@@ -41,7 +41,7 @@ def validate(cfg: DictConfig) -> None:
     for name, spec in active_sets(cfg).items():
         if not spec.get("source"):
             raise ConfigError(f"eval.sets.{name}.source: missing")
-        if int(spec.get("k", 0)) < 1:
+        if spec.get("k") is not None and int(spec.get("k")) < 1:  # left out: the file's rows per problem
             raise ConfigError(f"eval.sets.{name}.k: must be >= 1, got {spec.get('k')}")
     for stage, mode in {"*": e.mode, **dict(e.get("mode_by_stage", {}))}.items():
         if mode not in MODES:
@@ -65,6 +65,25 @@ def _problems(spec: dict, seed: int) -> list[dict]:
     from parathink.data.sources import load_problems
 
     return load_problems({k: v for k, v in spec.items() if k not in SET_KEYS}, seed=seed)
+
+
+def _set_k(name: str, spec: dict, records: list[dict]) -> dict:
+    """The set's k: the config's, else how many rows repeat each problem in its file (Parallel-R1's combined
+    file: 16 for AIME and AMC, 1 for MATH); ``k_from`` and ``repeats`` go into the set's results."""
+    from parathink.data.sources import repeats
+
+    counts = repeats(records) or {1: 0}
+    file_k = next(iter(counts)) if len(counts) == 1 else None
+    if spec.get("k") is not None:
+        k = int(spec["k"])
+        if file_k not in (None, 1, k):
+            print(f"[parathink] eval: {name}: k={k} from the config; its file repeats each problem {file_k} times",
+                  file=sys.stderr)
+        return {"k": k, "k_from": "config", "repeats": file_k}
+    if file_k is None:
+        mixed = ", ".join(f"{n} problems x{r}" for r, n in sorted(counts.items()))
+        raise ConfigError(f"eval.sets.{name}.k: not set, and its rows per problem differ ({mixed}); set k")
+    return {"k": file_k, "k_from": "repeats", "repeats": file_k}
 
 
 def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path, sets: dict) -> dict:
@@ -108,7 +127,7 @@ def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: P
             shares = procs.gather(problems)
             problems = [shares[j % procs.size][j // procs.size] for j in range(len(records))]
             summary = summarize_set(problems, k, str(cfg.format))
-            summary["generator"] = backend
+            summary.update(generator=backend, k_from=spec["k_from"], repeats=spec["repeats"])
             if procs.is_main:
                 storage.write_text(cache, "".join(json.dumps(p) + "\n" for p in problems))
                 storage.write_text(meta, json.dumps({"model_hash": fingerprint, "summary": summary}))
@@ -172,9 +191,11 @@ def _bar(ctx: StageContext, total: int, desc: str):
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     validate(cfg)
-    sets = {name: {**OmegaConf.to_container(spec, resolve=True),
-                   "records": _problems(OmegaConf.to_container(spec, resolve=True), ctx.seed)}
-            for name, spec in active_sets(cfg).items()}
+    sets = {}
+    for name, node in active_sets(cfg).items():
+        spec = OmegaConf.to_container(node, resolve=True)
+        records = _problems(spec, ctx.seed)
+        sets[name] = {**spec, "records": records, **_set_k(name, spec, records)}
     results: dict = {"stages": {}, "missing": [],
                      "settings": {"sampling": OmegaConf.to_container(cfg.eval.sampling, resolve=True),
                                   "mode": str(cfg.eval.mode), "format": str(cfg.format)}}
