@@ -108,13 +108,19 @@ def test_a_named_source_reads_a_verl_file_and_says_which_layout_it_used(tmp_path
     assert [(r["id"], r["source"], r["answer"]) for r in records] == [("aime24-APO_AIME24-0", "aime24", "1"),
                                                                       ("aime24-APO_AIME24-1", "aime24", "16")]
     assert f"{path}: columns of the verl layout, not of aime24's; read as verl" in capsys.readouterr().err
-    # A verl file that kept the problem's own columns fits both layouts: the named one is used, and said.
-    both = [{**row("APO_MATH300", p, a, "baseline"), "problem": p, "answer": a} for p, a in MATH]
+    # DAPO's own layout is verl-shaped and reads the rows the same way: nothing to say.
+    assert len(load_problems({"source": "dapo_math_17k", "uri": str(path)})) == 7 and capsys.readouterr().err == ""
+    # A verl file that kept the problem's own columns beside a prompt in a wrapper we do not know: both layouts fit
+    # and read different problems; the named one is used, and said.
+    both = [{**row("APO_MATH300", p, a), "problem": p, "answer": a} for p, a in MATH]
+    for r in both:
+        r["prompt"][0]["content"] = "Answer in one line.\n\n" + r["problem"]
     path = write(tmp_path / "both.parquet", both)
     records = load_problems({"source": "math500", "uri": str(path)})
     assert [r["problem"] for r in records] == [p for p, _ in MATH] and "data_source" not in records[0]
-    assert "columns fit both the math500 and the verl layout; read as math500" in capsys.readouterr().err
-    load_problems({"source": "verl", "uri": str(path)})
+    assert "columns fit both the math500 and the verl layout, which read row 1 differently; read as math500" \
+        in capsys.readouterr().err
+    assert load_problems({"source": "verl", "uri": str(path)})[0]["problem"].startswith("Answer in one line.")
     assert capsys.readouterr().err == ""  # asked for verl by name: nothing to say
 
 

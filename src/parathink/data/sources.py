@@ -268,18 +268,20 @@ def _select(numbered: Iterable[tuple[int, dict]], data_source: Any, where: str) 
         raise SourceError(f"{where}: no row has data_source {', '.join(missing)}; the file has {have}")
 
 
-def _fits(layout: SourceLayout, row: Mapping, index: int, split: str) -> bool:
+def _reading(layout: SourceLayout, row: Mapping, index: int, split: str) -> tuple | None:
+    """(problem, answer) of ``row`` read with ``layout``; None when the row does not have that layout."""
     try:
-        layout.to_record(row, index, split)
+        fields = layout.to_record(row, index, split)
     except (KeyError, TypeError, IndexError):
-        return False
-    return True
+        return None
+    return fields["problem"], fields["answer"]
 
 
 def _pick_layout(name: str, numbered: Iterator[tuple[int, dict]], split: str,
                  where: str) -> tuple[SourceLayout, Iterator[tuple[int, dict]]]:
-    """Source ``name``'s own layout, or verl's when the file has verl's columns instead; the first row decides,
-    and stderr says so when verl is used for a named source or when both layouts fit."""
+    """Source ``name``'s own layout, or verl's when the file has verl's columns instead. The first row decides;
+    stderr says so when verl reads a named source's file, or when both layouts fit and read it differently (a
+    verl file that kept a ``problem`` column beside its wrapped prompt). DAPO's own layout is verl-shaped: no note."""
     own, verl_layout = LAYOUTS[name], LAYOUTS["verl"]
     first = next(numbered, None)
     if first is None:
@@ -287,13 +289,13 @@ def _pick_layout(name: str, numbered: Iterator[tuple[int, dict]], split: str,
     numbered = chain([first], numbered)
     if own is verl_layout:
         return own, numbered
-    fits = [lay for lay in (own, verl_layout) if _fits(lay, first[1], first[0], split)]
-    if fits == [verl_layout]:
+    as_own, as_verl = (_reading(lay, first[1], first[0], split) for lay in (own, verl_layout))
+    if as_own is None and as_verl is not None:
         _note(f"{where}: columns of the verl layout, not of {name}'s; read as verl")
         return verl_layout, numbered
-    if len(fits) == 2:
-        _note(f"{where}: columns fit both the {name} and the verl layout; read as {name} "
-              f"(source: verl reads it as verl)")
+    if as_own is not None and as_verl is not None and as_own != as_verl:
+        _note(f"{where}: columns fit both the {name} and the verl layout, which read row {first[0] + 1} "
+              f"differently; read as {name} (source: verl reads it as verl)")
     return own, numbered
 
 
