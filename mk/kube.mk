@@ -1,0 +1,26 @@
+# A real Kubernetes control plane for tests/deploy: kube-apiserver and kube-scheduler 1.20 built from Debian's
+# source with Debian's Go 1.19 (tests/deploy/build_control_plane.sh says why), etcd from Debian's etcd-server.
+# The binaries are cached outside the checkout, so a machine builds them once (about 5 minutes on 2 cores,
+# 1.5 GB peak memory); every later `make test` finds them. The tests read KUBE_HOME's bin/ through
+# PARATHINK_KUBE_BIN.
+
+KUBE_HOME  ?= $(HOME)/.cache/parathink/kube-1.20
+KUBE_STAMP := $(KUBE_HOME)/bin/.built-1.20.2-go1.19
+export PARATHINK_KUBE_BIN := $(KUBE_HOME)/bin
+
+.PHONY: kube-control-plane
+
+kube-control-plane: $(KUBE_STAMP)
+
+# The stamp names the Kubernetes version: an edit of this file does not rebuild for minutes. etcd is checked on
+# every run because a cached bin/ can outlive the Debian package on a reused machine.
+$(KUBE_STAMP):
+	nice -n 10 bash tests/deploy/build_control_plane.sh $(KUBE_HOME)
+	touch $@
+
+kube-control-plane: | etcd-server
+.PHONY: etcd-server
+etcd-server:
+	@command -v etcd >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >/dev/null
+
+TEST_DEPS += kube-control-plane

