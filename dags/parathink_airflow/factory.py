@@ -1,0 +1,47 @@
+"""Both DAGs from one factory: plan -> one task per stage slot -> kubeflow, in one chain, and promote after all.
+
+Every task after ``plan`` uses the trigger rule ``none_failed``: a skipped task (a stage not in this run, the
+``kubeflow`` task outside ``executor=kfp``) lets the chain go on, a failed one stops it, and everything after a
+failure is ``upstream_failed``, ``promote`` included.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import TriggerRule, dag, task
+
+from parathink_airflow import tasks
+from parathink_airflow.chain import SLOTS
+from parathink_airflow.params import form
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+# Retries of exit code 1 follow the cluster profile (PlacementRetryPolicy); the ceiling is Airflow's.
+STAGE_TASK = dict(trigger_rule=TriggerRule.NONE_FAILED, retries=tasks.MAX_RETRIES, retry_delay=timedelta(minutes=1),
+                  retry_policy=tasks.PlacementRetryPolicy())
+NPR_SLOT = "rl_easy_before_teacher"
+
+
+def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_kwargs):
+    """The curriculum DAG: ``nightly`` names run directories by date, derives the seed from it and promotes."""
+
+    @dag(dag_id=dag_id, schedule=schedule, start_date=START, catchup=False, doc_md=doc_md,
+         params=form(promote=nightly, nightly=nightly), tags=["parathink"],
+         **dag_kwargs)
+    def curriculum():
+        run = task(task_id="plan", retries=0)(tasks.plan)(dated_runs=nightly)
+        previous, stages = run, []
+        for task_id, stage in SLOTS:
+            label = f"{stage} (before teacher: NPR-Zero)" if task_id == NPR_SLOT else stage
+            current = task(task_id=task_id, task_display_name=label, **STAGE_TASK)(tasks.stage)(run, slot=task_id)
+            previous >> current
+            previous = current
+            stages.append(current)
+        kubeflow = task(task_id="kubeflow", trigger_rule=TriggerRule.NONE_FAILED, retries=0)(tasks.kubeflow)(run)
+        promote = task(task_id="promote", **STAGE_TASK)(tasks.promote)(run)
+        previous >> kubeflow
+        # promote, the one leaf, waits on every stage: a failed one anywhere makes it upstream_failed, which
+        # fails the DAG run even when the tasks after the failure were skipped up front by plan.
+        [*stages, kubeflow] >> promote
+
+    return curriculum()

@@ -1,0 +1,120 @@
+"""The trigger form's values turned into ``parathink`` arguments, checked before any stage starts.
+
+Form values reach ``parathink`` as separate argv entries, never through a shell. What this module refuses
+fails the DAG's first task in seconds with one line naming the field; everything else about the config is
+checked by ``parathink plan`` itself, the same way ``parathink run`` checks it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Mapping, Sequence
+
+EXECUTORS = ("local", "kubernetes", "kfp")
+# A Hydra override: key=value, with + (add a key), ++ (add or replace) or ~ (delete) before the key.
+OVERRIDE = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_.@/\-]*)=[^\n\r]*")
+OVERRIDE_PATTERN = f"^{OVERRIDE.pattern}$"  # the same rule in the form's JSON schema
+# Set through their own form fields; an override of them would fight the field.
+FORM_KEYS = ("experiment", "run_dir", "seed", "stages")
+# A run directory goes into one `run_dir=...` override: no spaces, quotes, commas or brackets, which Hydra
+# would parse as syntax.
+RUN_DIR = re.compile(r"[A-Za-z0-9_.@/:~+\-]+")
+RUN_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+class FormError(ValueError):
+    """A form value that cannot become a parathink argument (the message names the field)."""
+
+
+@dataclass(frozen=True)
+class Form:
+    """One DAG run's form (``params``), checked."""
+
+    experiment: str
+    stages: tuple[str, ...]  # empty: the experiment's own list
+    run_dir: str | None  # None: one folder per DAG run under the cluster profile's runs_root
+    seed: int | None  # None: derived from the run's date (the nightly DAG)
+    overrides: tuple[str, ...]
+    executor: str
+    promote: bool
+
+    @classmethod
+    def read(cls, params: Mapping[str, Any]) -> Form:
+        executor = params.get("executor", "local")
+        if executor not in EXECUTORS:
+            raise FormError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+        run_dir = params.get("run_dir") or None
+        if run_dir is not None and not RUN_DIR.fullmatch(str(run_dir)):
+            raise FormError(f"run_dir: {run_dir!r} must be a path or s3:// URI without spaces, quotes, commas "
+                            f"or brackets")
+        seed = params.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise FormError(f"seed: must be an integer, got {seed!r}")
+        return cls(experiment=str(params["experiment"]), stages=tuple(params.get("stages") or ()),
+                   run_dir=run_dir, seed=seed, overrides=check_overrides(params.get("overrides") or ()),
+                   executor=executor, promote=bool(params.get("promote", False)))
+
+
+def check_overrides(overrides: Sequence[Any]) -> tuple[str, ...]:
+    """The overrides as given, or FormError naming the first one that is not ``key=value``."""
+    if isinstance(overrides, str):
+        raise FormError("overrides: must be a list of key=value strings, one per line")
+    for i, item in enumerate(overrides):
+        match = OVERRIDE.fullmatch(item) if isinstance(item, str) else None
+        if match is None:
+            raise FormError(f"overrides[{i}]: {item!r} is not a Hydra override of the form key=value")
+        if match.group(2) in FORM_KEYS:
+            raise FormError(f"overrides[{i}]: {item!r} sets {match.group(2)}, which has its own field in the form")
+    return tuple(overrides)
+
+
+def run_name(run_id: str) -> str:
+    """A DAG run id as a folder name (run ids carry ':' and '+')."""
+    return RUN_NAME_UNSAFE.sub("-", run_id).strip("-")
+
+
+def default_run_dir(dag_id: str, name: str) -> str:
+    """Under the cluster profile's ``runs_root``, which ``parathink plan`` resolves (Hydra interpolation)."""
+    return f"${{cluster.runs_root}}/{dag_id}/{name}"
+
+
+def sets_tracking(overrides: Sequence[str]) -> bool:
+    """Whether the user chose the tracking store (group or URI) in the overrides."""
+    keys = {OVERRIDE.fullmatch(o).group(2) for o in overrides}
+    return bool(keys & {"tracking", "tracking.uri"})
+
+
+def arguments(experiment: str, *, run_dir: str, seed: int, stages: Sequence[str] | None,
+              overrides: Sequence[str], tracking_uri: str | None = None) -> list[str]:
+    """The overrides every ``parathink`` call of a run gets, the user's last (they win)."""
+    args = [f"experiment={experiment}", f"run_dir={run_dir}", f"seed={seed}"]
+    if stages is not None:
+        args.append(f"stages=[{','.join(stages)}]")
+    if tracking_uri and not sets_tracking(overrides):
+        args.append(f"tracking.uri={tracking_uri}")
+    return args + list(overrides)
+
+
+def check_for_pods(plan: Mapping[str, Any], max_retries: int) -> None:
+    """What ``executor=kubernetes`` needs beyond a valid config; FormError names the stage and the setting."""
+    run_dir = str(plan["run_dir"])
+    for stage, place in plan["placement"].items():
+        if place["nodes"] > 1:
+            raise FormError(f"{stage}: the cluster profile gives it {place['nodes']} nodes, a Kubeflow Trainer "
+                            f"TrainJob that executor=kubernetes does not launch; use executor=kfp")
+        volume = place.get("volume")
+        if not run_dir.startswith("s3://") and not (
+                volume and PurePosixPath(run_dir).is_relative_to(volume["mount_path"])):
+            where = f"under the cluster profile's volume {volume['mount_path']}" if volume else "(no volume is set)"
+            raise FormError(f"run_dir: {run_dir!r} is not visible to pods; use s3:// or a path {where}")
+    check_retries(plan, max_retries)
+
+
+def check_retries(plan: Mapping[str, Any], max_retries: int) -> None:
+    """Airflow fixes a task's retry ceiling at parse time; the profile's count must fit under it."""
+    for stage, place in plan["placement"].items():
+        if place["retries"] > max_retries:
+            raise FormError(f"{stage}: cluster retries.max={place['retries']} is above this DAG's ceiling of "
+                            f"{max_retries} (PARATHINK_MAX_RETRIES)")

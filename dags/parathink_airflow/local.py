@@ -1,0 +1,112 @@
+"""One ``parathink`` call as a subprocess of the Airflow task (``executor=local``, and every plan).
+
+The command is ``$PARATHINK_BIN`` or the ``parathink`` on PATH (``make airflow`` puts the project's ``.venv/bin``
+first). It gets an argv list, never a shell; it runs in ``$PARATHINK_WORKDIR`` (default: the checkout that holds
+``dags/``), where relative run directories and the default ``sqlite:///mlflow.db`` resolve. Its output is
+streamed line by line into the task log; progress bars print one line per update.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+TAIL_LINES = 30  # kept for the failure message: a gate's report path, a bad override's one-line error
+PROGRESS_EVERY_S = "10"  # tqdm's minimum interval between progress lines in the task log
+STOP_GRACE_S = 30  # a killed task gives its stage this long to exit before SIGKILL
+
+
+class CommandMissing(RuntimeError):
+    """No ``parathink`` command to run."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    code: int
+    tail: tuple[str, ...]  # the last lines of output
+
+    def last(self, prefix: str = "parathink:") -> str:
+        """The last line starting with ``prefix`` (parathink's one-line errors), else the last line."""
+        for line in reversed(self.tail):
+            if line.startswith(prefix):
+                return line
+        return self.tail[-1] if self.tail else "(no output)"
+
+
+def command() -> str:
+    found = os.environ.get("PARATHINK_BIN") or shutil.which("parathink")
+    if not found:
+        raise CommandMissing("parathink: not found; set PARATHINK_BIN or put the project's .venv/bin on PATH")
+    return found
+
+
+def workdir() -> Path:
+    return Path(os.environ.get("PARATHINK_WORKDIR") or CHECKOUT)
+
+
+def child_env() -> dict[str, str]:
+    """The task's environment minus Airflow's own settings (its JWT secret among them): parathink needs none."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(PYTHONUNBUFFERED="1", TQDM_MININTERVAL=PROGRESS_EVERY_S)
+    return env
+
+
+def stream(argv: Sequence[str], log: Callable[[str], None]) -> Finished:
+    """Run ``parathink ARGV...``, log every output line, return its exit code and last lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    # text=True reads with universal newlines: a progress bar's '\r' updates arrive as separate lines.
+    proc = subprocess.Popen([command(), *argv], cwd=workdir(), env=child_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    try:
+        for line in proc.stdout:
+            line = line.rstrip()
+            if line:
+                log(line)
+                tail.append(line)
+        return Finished(proc.wait(), tuple(tail))
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """A task killed from Airflow (mark failed, timeout) must not leave its stage running."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def plan(args: Sequence[str]) -> dict:
+    """``parathink plan ARGS`` as a dict; a bad config raises PlanRefused with parathink's one line."""
+    proc = subprocess.run([command(), "plan", *args], cwd=workdir(), env=child_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        raise PlanRefused(proc.returncode, Finished(proc.returncode, tuple(lines[-TAIL_LINES:])).last())
+    return json.loads(proc.stdout)
+
+
+class PlanRefused(RuntimeError):
+    def __init__(self, code: int, line: str):
+        super().__init__(line)
+        self.code = code
+
+
+def manifest_metrics(run_dir: str, stage: str) -> dict | None:
+    """The stage's published metrics when the run directory is on this machine (None for s3://)."""
+    if "://" in run_dir:
+        return None
+    path = workdir() / run_dir / stage / "_manifest.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("metrics")

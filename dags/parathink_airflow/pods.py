@@ -1,0 +1,197 @@
+"""One curriculum stage as a ``KubernetesPodOperator`` pod, built from the stage's placement (``parathink plan``).
+
+Everything the pod asks for comes from the placement, that is from ``hydra_conf/cluster/*.yaml``: the trainer image,
+namespace and service account, requests = limits (plus ``nvidia.com/gpu`` on GPU stages), the GPU pool's node
+selector and tolerations, a memory-backed ``/dev/shm`` of ``shm_size``, plain env, env from Kubernetes Secrets
+(the pod spec names the Secret and key; no value passes through Airflow), an optional PVC for run directories,
+and a start-up timeout long enough for node scale-up and image pulls. Succeeded pods are deleted; failed ones
+are kept for ``kubectl logs``.
+
+From the command line (the Airflow venv's python; no DAG, no Airflow database)::
+
+    python dags/parathink_airflow/pods.py request --plan plan.json --stage sft [-- OVERRIDE ...]
+    python dags/parathink_airflow/pods.py run --plan plan.json --stage teacher --kubeconfig KUBECONFIG \\
+        [--context NAME] [--no-logs] [-- OVERRIDE ...]
+
+``plan.json`` is ``parathink plan [overrides] > plan.json``. ``request`` prints the pod the DAG would create
+(``build_pod_request_obj()`` as the Kubernetes API's JSON); ``run`` creates it, waits, deletes it on success and
+exits with the stage's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Mapping, Sequence
+
+if __package__ in (None, ""):  # run as a script: make the package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from parathink_airflow.form import arguments  # noqa: E402
+
+CONTAINER = "base"  # the KubernetesPodOperator's name for the container it watches
+SHM_VOLUME, RUNS_VOLUME = "dshm", "runs"
+DNS_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def _toleration(spec: Mapping[str, Any]):
+    from kubernetes.client import models as k8s
+
+    return k8s.V1Toleration(key=spec.get("key"), operator=spec.get("operator"), value=spec.get("value"),
+                            effect=spec.get("effect"), toleration_seconds=spec.get("tolerationSeconds"))
+
+
+def _env(placement: Mapping[str, Any]) -> list:
+    from kubernetes.client import models as k8s
+
+    env = [k8s.V1EnvVar(name=k, value=v) for k, v in placement["env"].items()]
+    for ref in placement["secrets"]:
+        source = k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(name=ref["secret"], key=ref["key"]))
+        env.append(k8s.V1EnvVar(name=ref["env"], value_from=source))
+    return env
+
+
+def _volumes(placement: Mapping[str, Any]) -> tuple[list, list]:
+    """/dev/shm in memory (Docker's 64 MB default starves NCCL and DataLoader workers), and the runs PVC."""
+    from kubernetes.client import models as k8s
+
+    volumes = [k8s.V1Volume(name=SHM_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource(
+        medium="Memory", size_limit=placement["shm_size"]))]
+    mounts = [k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")]
+    if placement.get("volume"):
+        claim = k8s.V1PersistentVolumeClaimVolumeSource(claim_name=placement["volume"]["claim"])
+        volumes.append(k8s.V1Volume(name=RUNS_VOLUME, persistent_volume_claim=claim))
+        mounts.append(k8s.V1VolumeMount(name=RUNS_VOLUME, mount_path=placement["volume"]["mount_path"]))
+    return volumes, mounts
+
+
+def _resources(placement: Mapping[str, Any]):
+    from kubernetes.client import models as k8s
+
+    amounts = dict(placement["resources"])
+    if placement["gpu"]:
+        amounts[placement["gpu_resource"]] = str(placement["gpus_per_node"])
+    # requests = limits: Guaranteed QoS, so a training pod is the last one evicted under memory pressure.
+    return k8s.V1ResourceRequirements(requests=amounts, limits=dict(amounts))
+
+
+def stage_pod(placement: Mapping[str, Any], argv: Sequence[str], *, task_id: str | None = None,
+              get_logs: bool = True, kubeconfig: str | None = None, context: str | None = None,
+              conn_id: str | None = "kubernetes_default"):
+    """The ``KubernetesPodOperator`` that runs ``parathink ARGV...`` where ``placement`` says.
+
+    ``argv`` starts with ``stage NAME``; the stage name also names the pod. ``kubeconfig``/``context`` (and
+    ``conn_id=None``) point it at a cluster outside Airflow's connections, as the command line does.
+    """
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    stage = placement["stage"]
+    volumes, mounts = _volumes(placement)
+    return KubernetesPodOperator(
+        task_id=task_id or f"parathink-{stage}",
+        name=f"parathink-{DNS_UNSAFE.sub('-', stage.lower())}",
+        namespace=placement["namespace"],
+        image=placement["image"],
+        image_pull_policy=placement["image_pull_policy"],
+        cmds=["parathink"],
+        arguments=list(argv),
+        labels={"app.kubernetes.io/name": "parathink", "app.kubernetes.io/component": "stage",
+                "parathink.io/stage": DNS_UNSAFE.sub("-", stage.lower())},
+        env_vars=_env(placement),
+        container_resources=_resources(placement),
+        node_selector=dict(placement["node_selector"]) or None,
+        tolerations=[_toleration(t) for t in placement["tolerations"]] or None,
+        volumes=volumes,
+        volume_mounts=mounts,
+        service_account_name=placement["service_account"],
+        startup_timeout_seconds=placement["startup_timeout_s"],
+        on_finish_action="delete_succeeded_pod",
+        get_logs=get_logs,
+        log_pod_spec_on_failure=False,  # the spec is in the plan; the failure message stays one screen
+        kubernetes_conn_id=conn_id,
+        config_file=kubeconfig,
+        cluster_context=context,
+        in_cluster=False if kubeconfig else None,
+    )
+
+
+def pod_request(operator) -> dict:
+    """The pod the operator would create, as the Kubernetes API's JSON (no cluster needed)."""
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(operator.build_pod_request_obj(dry_run=True))
+
+
+def exit_code(remote_pod) -> int | None:
+    """The stage container's exit code in a finished pod (None when it never ran)."""
+    statuses = (remote_pod.status.container_statuses or []) if remote_pod and remote_pod.status else []
+    for status in statuses:
+        if status.name == CONTAINER and status.state and status.state.terminated:
+            return status.state.terminated.exit_code
+    return None
+
+
+def run(operator, context: Mapping[str, Any]) -> int:
+    """Create the pod, wait for it, return the stage's exit code (0, 1, 2 or 3)."""
+    try:
+        operator.execute(context)
+        return 0
+    except Exception:
+        code = exit_code(operator.remote_pod)
+        if not code:  # the pod never ran the stage (API error, start-up timeout): Airflow's retries apply
+            raise
+        return code
+
+
+def _standalone_context(stage: str) -> dict:
+    """What the operator reads from an Airflow context, for a run outside Airflow (pod labels, no XCom)."""
+    run_id = f"cli-{time.strftime('%Y%m%dT%H%M%S')}"
+    ti = SimpleNamespace(dag_id="parathink_cli", task_id=f"stage-{stage}", map_index=-1, try_number=1,
+                         xcom_push=lambda **_: None)
+    return {"ti": ti, "run_id": run_id, "dag": SimpleNamespace()}
+
+
+def plan_argv(plan: Mapping[str, Any], stage: str, extra: Sequence[str]) -> list[str]:
+    """``stage NAME`` and the run's arguments as the DAG passes them, from a ``parathink plan`` document."""
+    args = arguments(plan["experiment"], run_dir=plan["run_dir"], seed=plan["seed"], stages=plan["stages"],
+                     overrides=extra)
+    return ["stage", stage, *args]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pods.py", description="One parathink stage as the DAG's Kubernetes pod.")
+    p.add_argument("action", choices=("request", "run"))
+    p.add_argument("--plan", required=True, help="the JSON that `parathink plan [overrides]` printed")
+    p.add_argument("--stage", required=True)
+    p.add_argument("--kubeconfig", help="run: the cluster's kubeconfig")
+    p.add_argument("--context", help="run: a context of the kubeconfig")
+    p.add_argument("--no-logs", action="store_true", help="run: do not follow the pod's log")
+    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the stage (after --)")
+    args = p.parse_args(argv)
+    try:
+        plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
+        placement = plan["placement"][args.stage]
+    except (OSError, ValueError) as err:
+        print(f"pods.py: error: --plan {args.plan}: {err}", file=sys.stderr)
+        return 2
+    except KeyError:
+        print(f"pods.py: error: --stage {args.stage}: not in the plan's stages {plan.get('stages')}", file=sys.stderr)
+        return 2
+    if args.action == "run" and not args.kubeconfig:
+        print("pods.py: error: run needs --kubeconfig", file=sys.stderr)
+        return 2
+    operator = stage_pod(placement, plan_argv(plan, args.stage, args.overrides), get_logs=not args.no_logs,
+                         kubeconfig=args.kubeconfig, context=args.context, conn_id=None)
+    if args.action == "request":
+        print(json.dumps(pod_request(operator), indent=1, sort_keys=True))
+        return 0
+    return run(operator, _standalone_context(args.stage))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

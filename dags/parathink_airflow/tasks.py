@@ -1,0 +1,199 @@
+"""The DAGs' tasks: ``plan`` first, one task per stage slot, ``kubeflow``, ``promote`` last.
+
+Each is one ``parathink`` call and nothing else (docs/orchestration.md). Exit codes become task states:
+
+- 0: success; the log ends with the stage's metrics line;
+- 1: :class:`StageFailed`, retried by :class:`PlacementRetryPolicy` per the cluster profile's ``retries``;
+- 2: bad input: fails the task, never retried;
+- 3: a data-quality gate failed: fails the task with the gate's report path; downstream tasks are marked
+  ``upstream_failed`` and never run (so a run whose gates failed is never promoted).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from airflow.sdk import SkipMixin, Variable, get_current_context
+from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from parathink_airflow import local
+from parathink_airflow.chain import SLOTS, ChainError, assign
+from parathink_airflow.form import Form, FormError, arguments, check_for_pods, check_retries, default_run_dir, run_name
+
+log = logging.getLogger(__name__)
+
+# Airflow fixes a task's retry ceiling at parse time; the cluster profile's count decides below it.
+MAX_RETRIES = int(os.environ.get("PARATHINK_MAX_RETRIES", "5"))
+KFP_HOST_VARIABLE = "parathink_kfp_host"
+
+
+class StageFailed(AirflowException):
+    """Exit code 1 (or any code but 0, 2, 3): retried as the stage's placement says."""
+
+    def __init__(self, message: str, retries: int, backoff_s: int):
+        super().__init__(message)
+        self.retries, self.backoff_s = retries, backoff_s
+
+
+class PlacementRetryPolicy(RetryPolicy):
+    """Retries a :class:`StageFailed` ``retries`` times, ``backoff_s`` apart; anything else as Airflow would."""
+
+    def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context=None) -> RetryDecision:
+        if not isinstance(exception, StageFailed):
+            return RetryDecision.default()
+        if try_number > exception.retries:
+            return RetryDecision.fail(f"failed {try_number} time(s); the cluster profile allows "
+                                      f"{exception.retries} retries")
+        return RetryDecision.retry(timedelta(seconds=exception.backoff_s),
+                                   f"retry {try_number} of {exception.retries} in {exception.backoff_s} s")
+
+    def serialize(self) -> dict[str, Any]:
+        return {"__type": type(self).__name__}
+
+
+# ---------------------------------------------------------------- plan
+
+def plan(dated_runs: bool) -> dict:
+    """Read the form, run ``parathink plan`` (the whole config validated in seconds), assign stages to tasks.
+
+    Returns what every later task reads (XCom): executor, run directory, stages, their task slots and
+    placements, and the arguments each ``parathink`` call gets.
+    """
+    ctx = get_current_context()
+    dag_run = ctx["dag_run"]
+    when: datetime = dag_run.logical_date or dag_run.run_after
+    try:
+        form = Form.read(ctx["params"])
+        run = _plan(form, ctx["dag"].dag_id, when.strftime("%Y-%m-%d") if dated_runs else run_name(dag_run.run_id),
+                    form.seed if form.seed is not None else int(when.strftime("%Y%m%d")))
+    except (FormError, ChainError, local.PlanRefused, local.CommandMissing) as err:
+        raise AirflowFailException(str(err)) from None
+    log.info("run directory %s, executor %s, stages %s%s", run["run_dir"], run["executor"],
+             " -> ".join(run["stages"]) or "(none)", " -> promote" if run["promote"] else "")
+    _skip_unused(ctx, run)
+    return run
+
+
+def _skip_unused(ctx, run: Mapping[str, Any]) -> None:
+    """Mark the tasks this run does not use as skipped now, before a worker starts for each of them.
+
+    Skipping ends this task, before Airflow pushes its return value, so the plan is pushed here. Each of those
+    tasks also checks the plan itself, so a cleared and re-run one skips too. ``promote`` is never skipped here:
+    as the DAG's only leaf it must see a failure upstream (it skips itself when the form says no).
+    """
+    unused = [slot for slot, _ in SLOTS if run["executor"] == "kfp" or slot not in run["slots"]]
+    unused += [] if run["executor"] == "kfp" else ["kubeflow"]
+    ctx["ti"].xcom_push(key="return_value", value=run)
+    if unused:
+        log.info("not used by this run: %s", ", ".join(unused))
+        SkipMixin().skip(ctx["ti"], [ctx["ti"].task.dag.get_task(task_id) for task_id in unused])
+
+
+def _plan(form: Form, dag_id: str, name: str, seed: int) -> dict:
+    tracking_uri = os.environ.get("PARATHINK_TRACKING_URI") if form.executor == "local" else None
+
+    def plan_for(run_dir: str, stages) -> dict:
+        return local.plan(arguments(form.experiment, run_dir=run_dir, seed=seed, stages=stages,
+                                    overrides=form.overrides, tracking_uri=tracking_uri))
+
+    doc = plan_for(form.run_dir or default_run_dir(dag_id, name), list(form.stages) or None)
+    stages = [s for s in doc["stages"] if s != "promote"]
+    run_dir = str(doc["run_dir"])
+    if form.executor == "local" and "://" not in run_dir:
+        run_dir = str(local.workdir() / run_dir)  # every task, and the log, see the same absolute path
+    if form.promote:  # promote's own checks (tracking.backend=mlflow) and placement
+        doc = plan_for(run_dir, [*stages, "promote"])
+    slots = assign(stages)
+    if form.executor == "local":
+        check_retries(doc, MAX_RETRIES)
+    else:
+        pods_plan = doc if form.executor == "kubernetes" else {**doc, "placement": {
+            k: v for k, v in doc["placement"].items() if k == "promote"}}
+        check_for_pods(pods_plan, MAX_RETRIES)
+    if form.executor == "kfp":
+        kfp_host()
+    args = arguments(form.experiment, run_dir=run_dir, seed=seed, stages=None, overrides=form.overrides,
+                     tracking_uri=tracking_uri)
+    return {"executor": form.executor, "run_dir": run_dir, "stages": stages, "promote": form.promote,
+            "slots": slots, "placement": doc["placement"], "args": args}
+
+
+def kfp_host() -> str:
+    host = Variable.get(KFP_HOST_VARIABLE, default=None) or os.environ.get("PARATHINK_KFP_HOST")
+    if not host:
+        raise FormError(f"executor=kfp: no Kubeflow Pipelines endpoint; set the Airflow Variable "
+                        f"{KFP_HOST_VARIABLE} (or PARATHINK_KFP_HOST)")
+    return host
+
+
+# ---------------------------------------------------------------- stages
+
+def stage(run: Mapping[str, Any], slot: str) -> None:
+    """The stage the plan put in this slot, or a skip that lets the chain go on."""
+    name = run["slots"].get(slot)
+    if run["executor"] == "kfp":
+        raise AirflowSkipException("executor=kfp: the stages run as one Kubeflow pipeline (task kubeflow)")
+    if name is None:
+        raise AirflowSkipException(f"{slot}: not one of this run's stages")
+    _call(name, run, in_pod=run["executor"] == "kubernetes")
+
+
+def kubeflow(run: Mapping[str, Any]) -> None:
+    """``executor=kfp``: ``parathink kfp submit --wait``, the run's stages as one Kubeflow pipeline."""
+    if run["executor"] != "kfp":
+        raise AirflowSkipException(f"executor={run['executor']}: the stages ran as their own tasks")
+    argv = ["kfp", "submit", "--host", kfp_host(), "--wait", f"stages=[{','.join(run['stages'])}]", *run["args"]]
+    done = _local(argv)
+    _raise_for_exit("kubeflow", done.code, done.last(), {"retries": 0, "retry_backoff_s": 0})
+
+
+def promote(run: Mapping[str, Any]) -> None:
+    """``parathink stage promote``: moves ``champion`` only when this run's best model wins (it says why)."""
+    if not run["promote"]:
+        raise AirflowSkipException("promote is off in the form: the registry's champion is left where it is")
+    _call("promote", run, in_pod=run["executor"] != "local")
+
+
+def _call(name: str, run: Mapping[str, Any], in_pod: bool) -> None:
+    placement = run["placement"][name]
+    argv = ["stage", name, f"stages=[{','.join(run['stages'] + (['promote'] if run['promote'] else []))}]",
+            *run["args"]]
+    if in_pod:
+        from parathink_airflow import pods
+
+        code = pods.run(pods.stage_pod(placement, argv, task_id=f"{name}-pod"), get_current_context())
+        detail = "the pod's log above has the details" if code else ""
+    else:
+        done = _local(argv)
+        code, detail = done.code, done.last()
+    _raise_for_exit(name, code, detail, placement)
+    _log_metrics(name, run)
+
+
+def _local(argv: list[str]) -> local.Finished:
+    try:
+        return local.stream(argv, log.info)
+    except local.CommandMissing as err:
+        raise AirflowFailException(str(err)) from None
+
+
+def _raise_for_exit(name: str, code: int, detail: str, placement: Mapping[str, Any]) -> None:
+    if code == 0:
+        return
+    if code == 2:
+        raise AirflowFailException(f"{name}: bad input, not retried (exit 2): {detail}")
+    if code == 3:
+        raise AirflowFailException(f"{name}: a data-quality gate failed; nothing after it runs (exit 3): {detail}")
+    raise StageFailed(f"{name}: exit code {code}: {detail}", placement["retries"], placement["retry_backoff_s"])
+
+
+def _log_metrics(name: str, run: Mapping[str, Any]) -> None:
+    metrics = local.manifest_metrics(run["run_dir"], name) if run["executor"] == "local" else None
+    if metrics is None:
+        log.info("%s metrics: in %s/%s/_manifest.json", name, run["run_dir"], name)
+    else:
+        log.info("%s metrics: %s", name, " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))

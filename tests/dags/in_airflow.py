@@ -1,0 +1,95 @@
+"""What the DAG tests ask of Airflow itself, run with the Airflow venv's python (the test venv has no Airflow).
+
+    python in_airflow.py dagbag                       # the DAG folder parsed as the dag-processor parses it
+    python in_airflow.py dag-test DAG_ID CONF.json    # one dag.test() per conf in the file's list
+
+Prints one JSON line after the marker ``@@result``; the tests assert on it. The environment names AIRFLOW_HOME
+(a migrated database) and AIRFLOW__CORE__DAGS_FOLDER.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+MARKER = "@@result"
+HEAVY = ("torch", "transformers", "parathink", "airflow.providers.cncf.kubernetes.operators.pod")
+
+
+def _bag():
+    from airflow.configuration import conf
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    folder = Path(conf.get("core", "dags_folder"))
+    started = time.perf_counter()
+    bag = BundleDagBag(dag_folder=folder, bundle_path=folder, bundle_name="dags-folder")
+    return bag, time.perf_counter() - started
+
+
+def dagbag() -> dict:
+    from airflow.sdk.definitions.param import ParamsDict
+
+    bag, seconds = _bag()
+    dags = {}
+    for dag_id, dag in bag.dags.items():
+        params = ParamsDict(dag.params)
+        dags[dag_id] = {
+            "tasks": [t.task_id for t in dag.topological_sort()],
+            "trigger_rules": {t.task_id: getattr(t.trigger_rule, "value", t.trigger_rule) for t in dag.tasks},
+            "params": params.validate(),
+            "schema": {k: {**params.get_param(k).schema, "description": params.get_param(k).description}
+                       for k in params},
+            "timetable": f"{type(dag.timetable).__name__} {dag.timetable!r}",
+            "max_active_runs": dag.max_active_runs,
+            "catchup": dag.catchup,
+        }
+    return {"import_errors": bag.import_errors, "parse_s": seconds, "dags": dags,
+            "heavy_modules": [m for m in HEAVY if m in sys.modules]}
+
+
+def dag_test(dag_id: str, confs_file: str) -> list[dict]:
+    """Each conf's run: its state and task states, or ``refused`` when Airflow rejects the conf (as a trigger)."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    bag, _ = _bag()
+    dag = bag.dags[dag_id]
+    out = []
+    for conf in json.loads(Path(confs_file).read_text()):
+        started = time.perf_counter()
+        try:
+            run = dag.test(run_conf=conf)
+        except ParamValidationError as err:
+            out.append({"refused": str(err)})
+            continue
+        tis = {ti.task_id: {"state": str(ti.state), "try_number": ti.try_number} for ti in run.get_task_instances()}
+        out.append({"state": str(run.state), "tasks": tis, "seconds": time.perf_counter() - started,
+                    "plan": _plan_xcom(run)})
+    return out
+
+
+def _plan_xcom(run):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids="plan",
+                                                 key="return_value")).first()
+        return XComModel.deserialize_value(row) if row is not None else None
+
+
+def main(argv: list[str]) -> int:
+    if argv[0] == "dagbag":
+        result = dagbag()
+    elif argv[0] == "dag-test":
+        result = dag_test(argv[1], argv[2])
+    else:
+        print(f"in_airflow.py: unknown command {argv[0]!r}", file=sys.stderr)
+        return 2
+    print(MARKER + json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

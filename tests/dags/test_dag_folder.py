@@ -1,0 +1,60 @@
+"""The DAG folder as Airflow's dag-processor sees it: no import errors, the form, the chain, the schedule."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import airflow_env, in_airflow
+from parathink_airflow.chain import CANONICAL, SLOTS
+
+EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[2] / "hydra_conf" / "experiment").glob("*.yaml"))
+FIELDS = ["experiment", "stages", "run_dir", "seed", "overrides", "executor", "promote"]
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_python, tmp_path_factory):
+    home = tmp_path_factory.mktemp("dagbag-home")
+    result, _ = in_airflow(airflow_env(home, home), "dagbag")
+    print(f"\nDAG folder parsed in {result['parse_s']:.3f} s (both DAG files, after `import airflow`)")
+    return result
+
+
+def test_the_dag_folder_imports_without_errors_or_heavy_modules(dagbag):
+    assert dagbag["import_errors"] == {}
+    assert set(dagbag["dags"]) == {"parathink_curriculum", "parathink_nightly"}
+    # Parse time stays small: no torch, transformers or parathink, and the Kubernetes provider only in a task.
+    assert dagbag["heavy_modules"] == []
+
+
+@pytest.mark.parametrize("dag_id", ["parathink_curriculum", "parathink_nightly"])
+def test_one_task_per_stage_in_order_between_plan_and_promote(dagbag, dag_id):
+    dag = dagbag["dags"][dag_id]
+    assert dag["tasks"] == ["plan", *(task_id for task_id, _ in SLOTS), "kubeflow", "promote"]
+    # A skipped stage lets the chain go on; a failed one stops it.
+    assert {t: r for t, r in dag["trigger_rules"].items() if t != "plan"} == {
+        t: "none_failed" for t in dag["tasks"] if t != "plan"}
+
+
+@pytest.mark.parametrize("dag_id", ["parathink_curriculum", "parathink_nightly"])
+def test_every_form_field_has_a_title_and_a_description_and_its_default_validates(dagbag, dag_id):
+    dag = dagbag["dags"][dag_id]
+    assert list(dag["schema"]) == FIELDS
+    for name, schema in dag["schema"].items():
+        assert schema.get("title") and len(schema.get("description", "")) > 30, name
+    assert dag["schema"]["experiment"]["enum"] == EXPERIMENTS
+    assert dag["schema"]["stages"]["items"]["enum"] == list(CANONICAL)
+    assert dag["schema"]["executor"]["enum"] == ["local", "kubernetes", "kfp"]
+    assert dag["params"]["experiment"] == "tiny" and dag["params"]["stages"] == []
+
+
+def test_curriculum_is_triggered_by_hand_and_promotes_only_when_asked(dagbag):
+    dag = dagbag["dags"]["parathink_curriculum"]
+    assert dag["params"]["promote"] is False and dag["params"]["seed"] == 0
+    assert dag["timetable"].startswith("NullTimetable")
+
+
+def test_nightly_runs_at_two_utc_one_at_a_time_without_catch_up_and_promotes(dagbag):
+    dag = dagbag["dags"]["parathink_nightly"]
+    assert "CronTriggerTimetable(expression='0 2 * * *', timezone='UTC'" in dag["timetable"]
+    assert (dag["max_active_runs"], dag["catchup"]) == (1, False)
+    assert dag["params"]["promote"] is True and dag["params"]["seed"] is None  # seed: the night's date
