@@ -8,3 +8,6 @@
 
 kfp-snapshots: $(STAMP)
 	$(PY) tests/kfp/kfp_snapshots.py
+
+# tests/kfp/test_kube_apiserver.py creates the stages' Pods on the real control plane of tests/deploy (mk/kube.mk).
+TEST_DEPS += kube-control-plane

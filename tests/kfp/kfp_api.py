@@ -10,31 +10,19 @@ shapes of KFP's v2beta1 API (backend/api/v2beta1/*.proto), and plays the run to 
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+
+from json_server import JsonServer
 
 PREFIX = "/apis/v2beta1"
 
 
-class KfpApiServer:
+class KfpApiServer(JsonServer):
     def __init__(self, final_state: str = "SUCCEEDED", failed_task: str | None = None):
         self.final_state, self.failed_task = final_state, failed_task
         self.experiments: list[dict] = []
         self.runs: dict[str, dict] = {}
-        self.calls: list[tuple[str, str]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "KfpApiServer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self.route)
 
     # ------------------------------------------------------------------ the API
 
@@ -76,31 +64,3 @@ class KfpApiServer:
             run = self.get_run(path.rsplit("/", 1)[1])
             return (200, run) if run else (404, {"error": "run not found", "code": 5})
         return 404, {"error": f"{method} {path} is not served here", "code": 12}
-
-    def _handler(self):
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self, method: str) -> None:
-                url = urlparse(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else {}
-                api.calls.append((method, url.path))
-                status, payload = api.route(method, url.path, parse_qs(url.query), body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._serve("GET")
-
-            def do_POST(self):
-                self._serve("POST")
-
-            def log_message(self, *args):  # keep the test log for the test
-                pass
-
-        return Handler

@@ -84,6 +84,13 @@ def test_multi_node_stage_becomes_a_trainjob_launcher(compile_pipeline):
     assert compiled.container("rl-easy")["resources"]["accelerator"]["resourceCount"] == "8"
 
 
+def test_all_ten_components_chain_when_the_stages_ask_for_them(compile_pipeline):
+    from parathink.kfp.components import STAGES
+
+    compiled = compile_pipeline("experiment=tiny", f"stages=[{','.join(STAGES)}]")
+    _assert_chained(compiled, list(STAGES))
+
+
 def test_overrides_reach_every_task_but_run_dir_is_the_pipeline_parameter(compile_pipeline):
     compiled = compile_pipeline(*CHEAP, "run_dir=s3://bucket/runs/a", "seed=3")
     assert compiled.spec["root"]["inputDefinitions"]["parameters"]["run_dir"]["defaultValue"] == "s3://bucket/runs/a"

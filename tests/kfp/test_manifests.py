@@ -48,6 +48,8 @@ def test_multi_node_stage_is_a_valid_trainjob_with_the_pool_placement():
     assert "nodeSelector" not in launcher["spec"]
 
     assert _trainjob_errors(trainjob) == []
+    owned = objects(make_plan(SFT_2_NODES), "sft", {"apiVersion": "v1", "kind": "Pod", "name": "l", "uid": "u"})[1]
+    assert _trainjob_errors(owned) == []
     trainer = trainjob["spec"]["trainer"]
     assert trainjob["spec"]["runtimeRef"]["name"] == p["trainer_runtime"] == "torch-distributed"
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, p["gpus_per_node"])

@@ -15,27 +15,31 @@ token and CA) through httpx, which parathink already depends on, so the trainer 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import ssl
 import sys
 import time
 from pathlib import Path
 
-from parathink.kfp import manifests
 from parathink.stages.context import ConfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 POLL_S = 30  # a TrainJob runs for hours: a status read every 30 s costs the API server nothing worth counting
+GET_FAILURES = 5  # consecutive failed status reads (an API server restart) before the launcher gives up
 
 
 class KubeError(RuntimeError):
-    pass
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 class KubeAPI:
-    """The few calls the launcher makes: create, read and delete one namespaced custom object."""
+    """The few calls the launcher makes: create, read and delete one namespaced object (a TrainJob)."""
 
-    def __init__(self, base_url: str, token: str | None = None, verify: str | bool = True, client=None):
+    def __init__(self, base_url: str, token: str | None = None, verify: ssl.SSLContext | bool = True, client=None):
         import httpx
 
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -48,20 +52,32 @@ class KubeAPI:
         if not host or not token.is_file():
             raise ConfigError("parathink kfp trainjob: no in-cluster service account (KUBERNETES_SERVICE_HOST and "
                               f"{token}); it runs inside the KFP task of a multi-node stage")
-        return cls(f"https://{host}:{port}", token.read_text().strip(), str(SERVICE_ACCOUNT_DIR / "ca.crt"))
+        tls = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT_DIR / "ca.crt"))
+        return cls(f"https://{host}:{port}", token.read_text().strip(), tls)
 
     @staticmethod
     def path(manifest: dict, name: str | None = None) -> str:
         group_version, kind = manifest["apiVersion"], manifest["kind"]
-        plural = kind.lower() + "s"  # TrainJob -> trainjobs
+        plural = kind.lower() + "s"  # TrainJob -> trainjobs, Pod -> pods
+        root = "/apis" if "/" in group_version else "/api"  # the core group (v1) has its own root
         ns = manifest["metadata"]["namespace"]
-        return f"/apis/{group_version}/namespaces/{ns}/{plural}" + (f"/{name}" if name else "")
+        return f"{root}/{group_version}/namespaces/{ns}/{plural}" + (f"/{name}" if name else "")
 
     def _call(self, method: str, path: str, **kw) -> dict:
-        r = self.http.request(method, path, **kw)
+        import httpx
+
+        try:
+            r = self.http.request(method, path, **kw)
+        except httpx.HTTPError as err:  # unreachable, TLS, timeout: the same exit 1 as a refused call
+            raise KubeError(f"{method} {path}: {err}", 0) from err
         if r.status_code >= 400:
-            raise KubeError(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
+            raise KubeError(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}", r.status_code)
         return r.json() if r.content else {}
+
+    def pod_reference(self, namespace: str, name: str) -> dict:
+        """An ownerReference to the Pod ``namespace/name`` (the launcher's own, found by its hostname)."""
+        pod = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod["metadata"]["uid"]}
 
     def create(self, manifest: dict) -> dict:
         return self._call("POST", self.path(manifest), json=manifest)
@@ -69,9 +85,14 @@ class KubeAPI:
     def get(self, manifest: dict) -> dict:
         return self._call("GET", self.path(manifest, manifest["metadata"]["name"]))
 
-    def delete(self, manifest: dict) -> None:
-        self._call("DELETE", self.path(manifest, manifest["metadata"]["name"]),
-                   json={"propagationPolicy": "Foreground"})
+    def delete(self, manifest: dict, missing_ok: bool = False) -> None:
+        # Background: the object goes now and the garbage collector removes its JobSet and pods after it.
+        try:
+            self._call("DELETE", self.path(manifest, manifest["metadata"]["name"]),
+                       json={"propagationPolicy": "Background"})
+        except KubeError as err:
+            if not (missing_ok and err.status == 404):
+                raise
 
 
 def _condition(obj: dict) -> tuple[str, str] | None:
@@ -92,9 +113,16 @@ def wait(api: KubeAPI, manifest: dict, startup_timeout_s: float, poll_s: float =
     """Wait for the TrainJob to finish; 0 when Complete, 1 when Failed or not started within the timeout."""
     name = manifest["metadata"]["name"]
     created = time.monotonic()
-    started = False
+    started, failures = False, 0
     while True:
-        obj = api.get(manifest)
+        try:
+            obj, failures = api.get(manifest), 0
+        except KubeError:
+            failures += 1
+            if failures >= GET_FAILURES:
+                raise
+            time.sleep(poll_s)
+            continue
         done = _condition(obj)
         if done:
             kind, message = done
@@ -114,41 +142,50 @@ def wait(api: KubeAPI, manifest: dict, startup_timeout_s: float, poll_s: float =
 
 def launch(api: KubeAPI, manifest: dict, startup_timeout_s: float, poll_s: float = POLL_S) -> int:
     """Create the TrainJob and wait for it; a stopped task (SIGTERM, Ctrl-C) deletes it instead of leaking GPUs."""
-    api.create(manifest)
-    print(f"[parathink] TrainJob {manifest['metadata']['name']} created in {manifest['metadata']['namespace']}",
-          file=sys.stderr, flush=True)
+    name = manifest["metadata"]["name"]
 
     def stop(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, stop)  # before the create: no moment where a stop would leak it
     try:
+        api.create(manifest)
+        print(f"[parathink] TrainJob {name} created in {manifest['metadata']['namespace']}", file=sys.stderr,
+              flush=True)
         return wait(api, manifest, startup_timeout_s, poll_s)
     except KeyboardInterrupt:
-        api.delete(manifest)
-        print(f"[parathink] TrainJob {manifest['metadata']['name']}: stopped, deleted", file=sys.stderr)
+        api.delete(manifest, missing_ok=True)
+        print(f"[parathink] TrainJob {name}: stopped, deleted", file=sys.stderr, flush=True)
         return 130
+    except KubeError:
+        # The component retries exit 1 with a new TrainJob: this one must not go on training beside it.
+        with contextlib.suppress(KubeError):
+            api.delete(manifest, missing_ok=True)
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def main_trainjob(stage: str, overrides: list[str], api: KubeAPI | None = None) -> int:
-    """``parathink kfp trainjob NAME [overrides]``."""
-    from parathink.kfp.plan import make_plan
+def main_trainjob(stage: str, overrides: list[str], api: KubeAPI | None = None, poll_s: float = POLL_S) -> int:
+    """``parathink kfp trainjob NAME [overrides]`` (``api``: given by tests; in a pod, the in-cluster one)."""
+    from parathink.kfp.plan import make_plan, objects
 
     try:
         plan = make_plan([*overrides, f"stages=[{stage}]"])
         p = plan.placements[stage]
         if p.nodes < 2:
             raise ConfigError(f"{stage}: the cluster profile puts it on one node; run `parathink stage {stage}`")
-        command = manifests.stage_command(stage, plan.run_dir, plan.overrides)
-        manifest = manifests.trainjob_manifest(p, command, manifests.trainjob_name(stage))
+        in_pod = api is None
         api = api or KubeAPI.in_cluster()
     except ConfigError as err:
         print(f"parathink: error: {err}", file=sys.stderr)
         return 2
     try:
-        return launch(api, manifest, p.startup_timeout_s)
+        # Owned by the launcher's Pod, so that deleting KFP's pods (a run stopped or cleaned up) deletes the TrainJob
+        # too, even where the launcher is killed before its SIGTERM handler can run.
+        owner = api.pod_reference(p.namespace, os.environ["HOSTNAME"]) if in_pod and "HOSTNAME" in os.environ else None
+        _, manifest = objects(plan, stage, owner)
+        return launch(api, manifest, p.startup_timeout_s, poll_s)
     except KubeError as err:
         print(f"parathink: error: {err}", file=sys.stderr)
         return 1

@@ -94,17 +94,21 @@ def trainjob_name(stage: str) -> str:
     return f"parathink-{k8s_name(stage)}-{secrets.token_hex(3)}"
 
 
-def trainjob_manifest(p: Placement, command: list[str], name: str) -> dict[str, Any]:
-    """The TrainJob that runs ``command`` (``parathink stage NAME ...``) under torchrun on ``p.nodes`` nodes."""
+def trainjob_manifest(p: Placement, command: list[str], name: str, owner: dict | None = None) -> dict[str, Any]:
+    """The TrainJob that runs ``command`` (``parathink stage NAME ...``) under torchrun on ``p.nodes`` nodes;
+    ``owner`` (an ownerReference to the launcher's Pod) makes Kubernetes delete it with that Pod."""
     vols, mounts = volumes(p)
     pod_patch = {"metadata": {"labels": {STAGE_LABEL: k8s_name(p.stage)}},
                  "spec": {**_scheduling(p), "volumes": vols, "containers": [{"name": NODE, "volumeMounts": mounts}]}}
     if command[:1] != ["parathink"]:
         raise ValueError(f"a TrainJob runs `parathink ...` under torchrun, got {command[:2]}")
+    metadata = {"name": name, "namespace": p.namespace, "labels": {STAGE_LABEL: k8s_name(p.stage)}}
+    if owner:
+        metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": TRAINER_API,
         "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": p.namespace, "labels": {STAGE_LABEL: k8s_name(p.stage)}},
+        "metadata": metadata,
         "spec": {
             "runtimeRef": {"apiGroup": TRAINER_GROUP, "kind": "ClusterTrainingRuntime", "name": p.trainer_runtime},
             "trainer": {

@@ -2,7 +2,7 @@
 
 :func:`make_plan` composes the config, runs ``parathink plan``'s checks (:func:`parathink.stages.runner.plan_document`)
 and reads every placement from the cluster profile, so a typo fails here, before anything is compiled, with the
-same one-line :class:`ConfigError`. :func:`stage_objects` turns one stage of a plan into Kubernetes objects.
+same one-line :class:`ConfigError`. :func:`objects` turns one stage of a plan into Kubernetes objects.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ class Plan:
     run_dir: str  # the pipeline's run directory (see pipeline_run_dir)
     stages: list[str]
     placements: dict[str, Placement]  # where each stage's `parathink stage` runs
-    overrides: list[str]  # the user's overrides minus run_dir (the pipeline's one parameter)
-    namespace: str
-    service_account: str
-
     launchers: dict[str, Placement]  # multi-node stages: the pod that creates the TrainJob and waits for it
+    overrides: list[str]  # the user's overrides minus run_dir (the pipeline's one parameter)
+    service_account: str  # the profile's; a KFP run takes it at submit time
 
     def task_placement(self, stage: str) -> Placement:
         """Where the KFP task of ``stage`` runs: its own placement, or the launcher's for a multi-node stage."""
@@ -81,19 +79,18 @@ def make_plan(overrides: list[str]) -> Plan:
     placements = cluster.plan(cfg, doc["stages"])
     if not placements:
         raise ConfigError("stages: the pipeline needs at least one enabled stage")
-    first = next(iter(placements.values()))
-    return Plan(experiment=doc["experiment"], seed=doc["seed"], stages=doc["stages"], placements=placements,
-                launchers=_launchers(cfg, placements),
+    return Plan(experiment=doc["experiment"], seed=doc["seed"], stages=doc["stages"],
                 run_dir=pipeline_run_dir(doc["run_dir"], doc["cluster"]["runs_root"]),
+                placements=placements, launchers=_launchers(cfg, placements),
                 overrides=[o for o in overrides if _key(o) != "run_dir"],
-                namespace=first.namespace, service_account=first.service_account)
+                service_account=next(iter(placements.values())).service_account)
 
 
-def objects(plan: Plan, stage: str) -> list[dict]:
+def objects(plan: Plan, stage: str, owner: dict | None = None) -> list[dict]:
     """The Kubernetes objects that run ``stage`` of ``plan``, as plain dicts.
 
     A one-node stage: its Pod, running ``parathink stage NAME``. A multi-node stage: the launcher Pod (running
-    ``parathink kfp trainjob NAME``) and the TrainJob it creates.
+    ``parathink kfp trainjob NAME``) and the TrainJob it creates (``owner``: the launcher Pod's ownerReference).
     """
     p = plan.placements[stage]
     command = manifests.stage_command(stage, plan.run_dir, plan.overrides)
@@ -101,7 +98,7 @@ def objects(plan: Plan, stage: str) -> list[dict]:
         return [manifests.pod_manifest(p, command)]
     launcher = ["parathink", "kfp", "trainjob", *command[2:]]
     return [manifests.pod_manifest(plan.task_placement(stage), launcher),
-            manifests.trainjob_manifest(p, command, manifests.trainjob_name(stage))]
+            manifests.trainjob_manifest(p, command, manifests.trainjob_name(stage), owner)]
 
 
 def stage_objects(overrides: list[str], stage: str) -> list[dict]:
