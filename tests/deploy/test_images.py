@@ -1,0 +1,157 @@
+"""images/: the Dockerfiles lint clean (hadolint), keep their build toolchain out of the final stage and run as a
+non-root user; and since no image can be built here (no registry for base images), each image's install steps run
+in a clean venv from the built wheel, outside the checkout, so that a missing dependency or an import that needs
+the source tree fails here and not in a pod."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "images"
+DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
+VENV_BIN = Path(sys.executable).parent
+AIRFLOW_PY = ROOT / ".venv-airflow" / "bin" / "python"
+TINY = ["experiment=tiny", "teacher.self.model=builtin:tiny_base", "data.cold_start.0.n=40",
+        "data.cold_start.1.n=40", "tracking=none"]
+
+
+def stages(dockerfile: Path) -> list[str]:
+    """The Dockerfile's build stages, each as its text from FROM up to the next FROM."""
+    text = dockerfile.read_text()
+    starts = [m.start() for m in re.finditer(r"^FROM ", text, re.M)]
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+def run(argv: list, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "CI": "true", **(env or {})})
+    assert proc.returncode == 0, f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}"
+    return proc
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_hadolint_finds_nothing(dockerfile):
+    proc = subprocess.run([VENV_BIN / "hadolint", "--no-color", dockerfile], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_final_stage_is_pinned_non_root_and_holds_no_secret(dockerfile):
+    text = dockerfile.read_text()
+    final = stages(dockerfile)[-1]
+    assert len(stages(dockerfile)) >= 2, "multi-stage: the build steps stay out of the final image"
+    users = re.findall(r"^USER (\S+)", final, re.M)
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    for image in re.findall(r"^FROM (\S+)", text, re.M):
+        resolved = re.sub(r"\$\{(\w+)\}", lambda m: re.search(rf"ARG {m[1]}=(\S+)", text)[1], image)
+        assert ":" in resolved and not resolved.endswith(":latest"), f"{dockerfile}: base image {image} not pinned"
+    assert not re.search(r"(SECRET|TOKEN|PASSWORD|ACCESS_KEY)\w*=", text), "credentials come from Secrets at run time"
+
+
+def test_trainer_builds_nothing_in_its_final_stage():
+    final = stages(IMAGES / "trainer" / "Dockerfile")[-1]
+    assert "-runtime-" in final.splitlines()[0] and "pip install" not in final and "devel" not in final
+    assert 'ENTRYPOINT ["parathink"]' in final
+
+
+def test_requirements_are_pinned_and_match_what_the_tests_run():
+    for req in IMAGES.glob("*/requirements*.txt"):
+        for line in req.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[A-Za-z0-9_.+]+", line.strip()), f"{req}: {line}"
+    airflow_mk = (ROOT / "mk" / "airflow.mk").read_text()
+    pins = dict(line.split("==") for line in (IMAGES / "orchestrator" / "requirements.txt").read_text().split()
+                if "==" in line)
+    assert f"AIRFLOW_VERSION  ?= {pins['apache-airflow']}" in airflow_mk
+    assert f"AIRFLOW_K8S_PROVIDER ?= {pins['apache-airflow-providers-cncf-kubernetes']}" in airflow_mk
+    assert f"apache/airflow:{pins['apache-airflow']}-python" in (IMAGES / "orchestrator" / "Dockerfile").read_text()
+    from importlib.metadata import version
+    mlflow_pin = next(l for l in (IMAGES / "mlflow" / "requirements.txt").read_text().split() if l.startswith("mlflow=="))
+    assert mlflow_pin == f"mlflow=={version('mlflow')}"  # the server image runs the MLflow the tests run
+
+
+def test_dockerignore_keeps_runs_and_venvs_out_and_what_copy_needs_in():
+    ignored = [l for l in (ROOT / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
+    for must in (".venv", ".venv-*", "runs", "mlruns", "bench-results", ".git", "**/__pycache__"):
+        assert must in ignored
+    for dockerfile in DOCKERFILES:
+        for sources in re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", dockerfile.read_text(), re.M):
+            for src in sources.split():
+                top = src.split("/")[0]
+                assert (ROOT / src).exists(), f"{dockerfile}: COPY {src} does not exist"
+                assert top not in ignored, f"{dockerfile}: COPY {src} but .dockerignore drops {top}"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """parathink's wheel, built from the checkout as the images' first stage builds it."""
+    out = tmp_path_factory.mktemp("wheel")
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", out, ROOT], ROOT)
+    (whl,) = out.glob("parathink-*.whl")
+    return whl
+
+
+def clean_venv(path: Path) -> Path:
+    """A venv of the machine's python3 with nothing installed (not a copy of the test venv)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run([shutil.which("python3"), "-m", "venv", path], path.parent)
+    return path / "bin" / "python"
+
+
+@pytest.mark.slow
+def test_trainer_install_steps_run_stages_outside_the_checkout(wheel, tmp_path):
+    """images/trainer/Dockerfile's steps: torch first (here its CPU build of the same version), then the pinned
+    requirements and the wheel; then the stages that the pods run, from a folder that is not the checkout."""
+    py = clean_venv(tmp_path / "venv")
+    requirements = IMAGES / "trainer" / "requirements.txt"
+    torch_pin = next(l for l in requirements.read_text().split() if l.startswith("torch=="))
+    run([py, "-m", "pip", "install", "-q", torch_pin], tmp_path)  # pip takes the CPU wheel on this disk
+    run([VENV_BIN / "uv", "pip", "install", "-q", "--python", py, "-r", requirements, wheel], tmp_path)
+    parathink, work, run_dir = py.with_name("parathink"), tmp_path / "elsewhere", tmp_path / "run"
+    work.mkdir()
+    env = {"PATH": f"{py.parent}:{os.environ['PATH']}", "PYTHONPATH": "", "OMP_NUM_THREADS": "1"}
+    run([parathink, "run", "stages=[teacher,filter]", f"run_dir={run_dir}", *TINY], work, env)
+    proc = run([parathink, "stage", "filter", f"run_dir={run_dir}", "force=[filter]", *TINY], work, env)
+    assert "filter: done" in proc.stdout + proc.stderr
+    assert (run_dir / "filter" / "_manifest.json").exists() and (run_dir / "filter" / "accepted.jsonl").exists()
+    where = run([py, "-c", "import parathink.config as c; print(c.config_dir())"], work, env).stdout.strip()
+    assert where.startswith(str(tmp_path / "venv")), where  # the wheel's configs, not the checkout's
+
+
+@pytest.fixture(scope="module")
+def plan_venv(wheel, tmp_path_factory) -> Path:
+    """images/orchestrator/Dockerfile's parathink venv: the wheel without its dependencies, plus plan's two."""
+    py = clean_venv(tmp_path_factory.mktemp("plan") / "venv")
+    run([VENV_BIN / "uv", "pip", "install", "-q", "--python", py, "--no-deps", wheel], py.parent)
+    run([VENV_BIN / "uv", "pip", "install", "-q", "--python", py, "-r", IMAGES / "orchestrator" / "requirements-plan.txt"],
+        py.parent)
+    return py
+
+
+def test_orchestrator_plans_without_torch(plan_venv, tmp_path):
+    proc = run([plan_venv.with_name("parathink"), "plan", "experiment=parallel_r1_seen"], tmp_path)
+    doc = json.loads(proc.stdout)
+    assert doc["placement"]["sft"]["gpus_per_node"] == 8 and doc["placement"]["filter"]["gpu"] is False
+    assert subprocess.run([plan_venv, "-c", "import torch"], capture_output=True).returncode != 0
+
+
+def test_orchestrator_dags_plan_from_the_image_layout(plan_venv, tmp_path):
+    """The DAG folder as the image holds it (a copy, no checkout around it) calls the image's `parathink plan`."""
+    if not AIRFLOW_PY.exists():
+        pytest.fail("no Airflow venv: run `make airflow-venv`")
+    dags = shutil.copytree(ROOT / "dags", tmp_path / "opt" / "airflow" / "dags")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from parathink_airflow import local; "
+            "print(json.dumps(local.plan(['experiment=parallel_r1_seen'])))")
+    env = {"PARATHINK_BIN": str(plan_venv.with_name("parathink")), "PARATHINK_WORKDIR": str(tmp_path),
+           "PATH": "/usr/bin:/bin"}
+    doc = json.loads(run([AIRFLOW_PY, "-c", code, dags], tmp_path, env).stdout.strip().splitlines()[-1])
+    assert doc["placement"]["rl_easy"]["node_selector"] == {"parathink.io/pool": "gpu"}
