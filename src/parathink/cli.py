@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
+from parathink import threads
 from parathink.formats.tags import GRAMMARS
 
 
@@ -113,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Before any subcommand imports torch: its thread pools size themselves once, from the environment.
+    threads.configure()
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -147,7 +147,9 @@ def _torch_threads(n: int | None = None) -> int | None:
 
 
 def _default_threads() -> int:
-    return int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    from parathink.threads import default_threads  # the pod's CPU quota and affinity, not the node's core count
+
+    return default_threads()
 
 
 def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tracking,
