@@ -61,3 +61,9 @@ def test_bad_override_is_refused_before_submitting(capsys):
         assert _submit(api, *CHEAP, S3_RUN, "filter.gate.nope=1") == 2
     assert api.calls == []
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_an_unreachable_endpoint_is_one_line_and_exit_1(capsys):
+    assert main(["kfp", "submit", "--host", "http://127.0.0.1:9", *CHEAP, S3_RUN]) == 1  # the discard port
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("parathink: error: KFP endpoint http://127.0.0.1:9: ")

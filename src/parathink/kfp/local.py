@@ -24,13 +24,13 @@ STAGE_EXIT = re.compile(r"^\s*parathink-kfp: stage (\S+) exited (\d+)", re.MULTI
 
 
 class _Tee(io.TextIOBase):
-    """Writes through to ``stream`` and keeps a copy (the tasks' logs pass through this process's stdout)."""
+    """Writes through to ``stream`` and keeps the components' exit lines (kfp.local prints each log line whole)."""
 
     def __init__(self, stream):
-        self.stream, self.copy = stream, io.StringIO()
+        self.stream, self.exits = stream, []
 
     def write(self, text: str) -> int:
-        self.copy.write(text)
+        self.exits += STAGE_EXIT.findall(text)
         return self.stream.write(text)
 
     def flush(self) -> None:
@@ -58,8 +58,7 @@ def run(plan: Plan, pipeline_root: str) -> int:
             with contextlib.redirect_stdout(tee):
                 pipeline(run_dir=local_run_dir(plan.run_dir))
         except RuntimeError:  # kfp.local's message names the task; the stage's own message is in the log above
-            failed = STAGE_EXIT.findall(tee.copy.getvalue())
-            stage, code = failed[-1] if failed else ("(unknown)", "1")
+            stage, code = tee.exits[-1] if tee.exits else ("(unknown)", "1")
             print(f"parathink: error: the pipeline stopped at stage {stage} (exit {code})", file=sys.stderr)
             return int(code)
     return 0

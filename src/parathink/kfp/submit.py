@@ -44,9 +44,22 @@ def _failed_tasks(run) -> list[str]:
 def submit(plan: Plan, host: str, *, wait: bool = False, timeout_s: float = 30 * 86400, poll_s: float = 30,
            namespace: str | None = None) -> int:
     """Compile ``plan``, create the run, and (``wait``) wait for it; the exit code."""
-    import kfp
+    import kfp_server_api
+    import urllib3
 
     check_shared(plan)
+    try:
+        return _submit(plan, host, wait, timeout_s, poll_s, namespace)
+    except (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, OSError, TimeoutError) as err:
+        # The endpoint unreachable or refusing: exit 1 (a retry may succeed), one line instead of a traceback.
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"parathink: error: KFP endpoint {host}: {first}", file=sys.stderr)
+        return 1
+
+
+def _submit(plan: Plan, host: str, wait: bool, timeout_s: float, poll_s: float, namespace: str | None) -> int:
+    import kfp
+
     with warnings.catch_warnings():  # "This client only works with Kubeflow Pipeline v2.0.0-beta.2 and later"
         warnings.simplefilter("ignore", FutureWarning)
         client = kfp.Client(host=host, namespace=namespace or "kubeflow")
