@@ -21,7 +21,9 @@ exits with the stage's exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import sys
 import time
@@ -171,8 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kubeconfig", help="run: the cluster's kubeconfig")
     p.add_argument("--context", help="run: a context of the kubeconfig")
     p.add_argument("--no-logs", action="store_true", help="run: do not follow the pod's log")
-    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the stage (after --)")
-    args = p.parse_args(argv)
+    p.epilog = "Extra Hydra overrides for the stage follow --."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, overrides = p.parse_args(argv[:split]), argv[split + 1:]
     try:
         plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
         placement = plan["placement"][args.stage]
@@ -185,12 +189,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.action == "run" and not args.kubeconfig:
         print("pods.py: error: run needs --kubeconfig", file=sys.stderr)
         return 2
-    operator = stage_pod(placement, plan_argv(plan, args.stage, args.overrides), get_logs=not args.no_logs,
-                         kubeconfig=args.kubeconfig, context=args.context, conn_id=None)
-    if args.action == "request":
-        print(json.dumps(pod_request(operator), indent=1, sort_keys=True))
-        return 0
-    return run(operator, _standalone_context(args.stage))
+    with _stdout_to_stderr():  # Airflow logs to stdout; stdout is the pod's JSON
+        operator = stage_pod(placement, plan_argv(plan, args.stage, overrides), get_logs=not args.no_logs,
+                             kubeconfig=args.kubeconfig, context=args.context, conn_id=None)
+        if args.action == "run":
+            return run(operator, _standalone_context(args.stage))
+        request = pod_request(operator)
+    print(json.dumps(request, indent=1, sort_keys=True))
+    return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 if __name__ == "__main__":

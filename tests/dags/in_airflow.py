@@ -2,6 +2,7 @@
 
     python in_airflow.py dagbag                       # the DAG folder parsed as the dag-processor parses it
     python in_airflow.py dag-test DAG_ID CONF.json    # one dag.test() per conf in the file's list
+    python in_airflow.py pods PLAN.json...            # each stage's pod request and operator settings
 
 Prints one JSON line after the marker ``@@result``; the tests assert on it. The environment names AIRFLOW_HOME
 (a migrated database) and AIRFLOW__CORE__DAGS_FOLDER.
@@ -10,6 +11,7 @@ Prints one JSON line after the marker ``@@result``; the tests assert on it. The 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -79,11 +81,30 @@ def _plan_xcom(run):
         return XComModel.deserialize_value(row) if row is not None else None
 
 
+def pods(plan_files: list[str]) -> dict:
+    """Per plan file and stage: the pod request the DAG would send and the operator's other settings."""
+    sys.path.insert(0, os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    from parathink_airflow import pods as stage_pods
+
+    out = {}
+    for plan_file in plan_files:
+        plan = json.loads(Path(plan_file).read_text())
+        out[Path(plan_file).stem] = mine = {}
+        for stage, placement in plan["placement"].items():
+            op = stage_pods.stage_pod(placement, stage_pods.plan_argv(plan, stage, []))
+            mine[stage] = {"request": stage_pods.pod_request(op), "operator": {
+                "on_finish_action": op.on_finish_action.value, "startup_timeout_seconds": op.startup_timeout_seconds,
+                "get_logs": op.get_logs, "log_pod_spec_on_failure": op.log_pod_spec_on_failure}}
+    return out
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "dagbag":
         result = dagbag()
     elif argv[0] == "dag-test":
         result = dag_test(argv[1], argv[2])
+    elif argv[0] == "pods":
+        result = pods(argv[1:])
     else:
         print(f"in_airflow.py: unknown command {argv[0]!r}", file=sys.stderr)
         return 2
