@@ -64,13 +64,17 @@ def test_prefix_is_shared_not_recomputed(toy):
     model, tok = toy
     engine = Engine(model, tok, "parallel_r1", "structured")
     fed = []
-    inner = engine.runner.forward
+    decode, prefill = engine.runner.decode, engine.runner.prefill
 
-    def counting(tokens, *a, **k):
-        fed.append(tokens.numel() if tokens.shape[1] == 1 else sum(len(p) for p in prompts))
-        return inner(tokens, *a, **k)
+    def counting_decode(tokens, *a, **k):
+        fed.append(tokens.numel())
+        return decode(tokens, *a, **k)
 
-    engine.runner.forward = counting
+    def counting_prefill(tokens, positions, row0, cache, path_ids, last):
+        fed.append(int((positions <= last[:, None]).sum()))  # each prompt's own tokens, not its padding
+        return prefill(tokens, positions, row0, cache, path_ids, last)
+
+    engine.runner.decode, engine.runner.prefill = counting_decode, counting_prefill
     prompts = _prompts(tok, "parallel_r1", 4)
     samples = engine.generate(prompts, SamplingConfig(max_new_tokens=80, seed=1, batch_size=64), num_samples=4)
     assert sum(s.num_blocks for s in samples) > 0

@@ -28,11 +28,12 @@ def _generate(engine, tok, grammar, n_prompts=6, n=3, budget=90, seed=0, **kw):
     return engine.generate(prompts, SamplingConfig(max_new_tokens=budget, seed=seed, batch_size=8, **kw), num_samples=n)
 
 
+@pytest.mark.parametrize("decode", ["eager", "static"])
 @pytest.mark.parametrize("mode", ["causal", "structured"])
 @pytest.mark.parametrize("grammar", GRAMMARS)
-def test_engine_logprobs_match_training_forward(toy, mode, grammar):
+def test_engine_logprobs_match_training_forward(toy, mode, grammar, decode):
     model, tok = toy
-    engine = Engine(model, tok, grammar, mode, num_paths=3 if grammar == "npr" else 2)
+    engine = Engine(model, tok, grammar, mode, num_paths=3 if grammar == "npr" else 2, decode=decode)
     samples = _generate(engine, tok, grammar)
     assert len(samples) == 18 and [s.prompt_index for s in samples] == [i // 3 for i in range(18)]
     if mode == "structured":
@@ -52,8 +53,8 @@ def test_plain_transformers_forward_backend_agrees(toy, grammar):
     assert _max_diff(model, engine, samples) <= TOL
 
 
-@pytest.mark.parametrize("backend", ["fast", "hf"])
-def test_parathinker_path_vectors(toy, backend):
+@pytest.mark.parametrize("backend,decode", [("fast", "eager"), ("fast", "static"), ("hf", "eager")])
+def test_parathinker_path_vectors(toy, backend, decode):
     """ParaThinker's per-path key/value vectors (non-zero here) enter sampling exactly as in training."""
     model, tok = toy
     import copy
@@ -65,7 +66,7 @@ def test_parathinker_path_vectors(toy, backend):
         for name, p in model.named_parameters():
             if ".path_vectors." in name:
                 p.normal_(0, 0.5)
-    engine = Engine(model, tok, "parathinker", "structured", num_paths=3, backend=backend)
+    engine = Engine(model, tok, "parathinker", "structured", num_paths=3, backend=backend, decode=decode)
     samples = _generate(engine, tok, "parathinker", n_prompts=3, n=2)
     assert all(s.num_blocks == 1 for s in samples)
     assert _max_diff(model, engine, samples) <= TOL

@@ -31,13 +31,16 @@ from typing import Sequence
 import torch
 
 from parathink.engine.cache import RowCache
+from parathink.engine.decode import EagerDecode, StaticDecode
 from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
 from parathink.engine.runner import cache_shape, make_runner
+from parathink.engine.transfer import upload
 from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats
 from parathink.formats.layouts import Layout, TagIds, build_layout, causal_layout
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
 
 MODES = ("causal", "structured")
+DECODES = ("auto", "eager", "static")
 
 
 @dataclass
@@ -113,12 +116,17 @@ class Engine:
     ``generate_texts(prompts, sampling, num_samples)`` -> ``list[list[str]]``.
     ``num_paths`` is the paths per block (NPR: the most plans that fork; a block has as many paths as plans).
     ``min_fork_budget``: no fork with fewer tokens of budget left (NPR: 1024). ``backend``: see ``runner``.
+    ``decode``: ``eager`` (shapes follow the rows), ``static`` (bucketed shapes; captured as CUDA graphs on a
+    GPU when ``cuda_graphs``), ``auto`` (static on a GPU with the fast runner, else eager); see ``decode``.
+    ``release()`` frees what the engine keeps between calls (the CUDA graphs and their input buffer).
     """
 
     def __init__(self, model, tokenizer, grammar: str = "parallel_r1", mode: str = "causal", num_paths: int = 2,
-                 *, min_fork_budget: int = 0, backend: str = "auto"):
+                 *, min_fork_budget: int = 0, backend: str = "auto", decode: str = "auto", cuda_graphs: bool = True):
         if mode not in MODES:
             raise ValueError(f"engine mode must be one of {MODES}, got {mode!r}")
+        if decode not in DECODES:
+            raise ValueError(f"engine decode must be one of {DECODES}, got {decode!r}")
         if num_paths < 1:
             raise ValueError(f"engine num_paths must be >= 1, got {num_paths}")
         self.model, self.tokenizer, self.grammar, self.mode = model, tokenizer, grammar, mode
@@ -138,6 +146,11 @@ class Engine:
         self.eos = sorted(e for e in eos if e is not None)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos[0]
         self.runner = make_runner(model, backend)
+        if decode == "static" and not self.runner.static:
+            raise ValueError("engine decode 'static' needs the fast runner (a Qwen3/Llama-style decoder, backend "
+                             f"auto or fast), got {type(self.runner).__name__}")
+        self.decode, self.cuda_graphs = decode, cuda_graphs
+        self._static: StaticDecode | None = None
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
 
     # ------------------------------------------------------------------------------------------------ public
@@ -148,6 +161,22 @@ class Engine:
         if self.mode == "causal":
             return causal_layout(len(ids))
         return build_layout(ids, self.tags)
+
+    def release(self) -> None:
+        """Free the CUDA graphs and buffers kept for the next call (the next call captures them again)."""
+        self._static = None
+
+    def decoder(self, device: torch.device):
+        """The decode step of a call on ``device`` (``decode``): eager, or the static one the engine keeps."""
+        kind = self.decode
+        if kind == "auto":
+            kind = "static" if device.type == "cuda" and self.runner.static else "eager"
+        if kind == "eager":
+            return EagerDecode(self.runner)
+        graphs = self.cuda_graphs and device.type == "cuda"
+        if self._static is None or self._static.graphs != graphs:
+            self._static = StaticDecode(self.runner, graphs)
+        return self._static
 
     def generate_texts(self, prompts: Sequence[str], sampling: SamplingConfig, num_samples: int = 1) -> list[list[str]]:
         """Texts of ``num_samples`` responses per prompt string."""
@@ -215,8 +244,10 @@ class _Run:
         self.structured = engine.mode == "structured"
         layers, kv_heads, head_dim = cache_shape(engine.model)
         dtype = next(engine.model.parameters()).dtype
-        self.cache = RowCache(layers, rows, kv_heads, max_len, head_dim, dtype, device,
-                              start_len=max_len - sampling.max_new_tokens + min(sampling.max_new_tokens, 256))
+        self.cache = RowCache(layers, rows, kv_heads, max_len, head_dim, dtype, device)
+        engine.runner.prepare(max_len)  # positions never reach max_len
+        self.decoder = engine.decoder(torch.device(device))
+        self.decoder.bind(self.cache)
         self.rows: list[_Row] = []
         self.penalty = sampling.repetition_penalty_in_paths
         vocab = engine.model.get_output_embeddings().weight.shape[0]
@@ -225,12 +256,15 @@ class _Run:
         self.path_close = engine.tags.path_close if engine.tags is not None else frozenset()
         self.bias = None
         if sampling.logit_bias:
-            self.bias = torch.zeros(vocab, device=device)
+            bias = torch.zeros(vocab)
             for t, b in sampling.logit_bias.items():
                 if not 0 <= int(t) < vocab:
                     raise ValueError(f"SamplingConfig.logit_bias: token id {t} is outside the vocabulary "
                                      f"(0..{vocab - 1})")
-                self.bias[int(t)] = float(b)
+                bias[int(t)] = float(b)
+            self.bias = bias.to(device)
+        self.neg_inf = torch.full((), float("-inf"), device=device)
+        self.marks: list[tuple[int, int]] = []  # (row, token) seen this step, for the repetition penalty
 
     # ----------------------------------------------------------------------------------------------- loop
 
@@ -249,15 +283,9 @@ class _Run:
 
     def _decode(self, n: int) -> torch.Tensor:
         rows = self.rows[:n]
-        tokens = torch.tensor([[r.feed] for r in rows], device=self.device)
-        positions = torch.tensor([[r.pos] for r in rows], device=self.device)
-        path_ids = None
-        if self.e.runner.path_vectors:
-            path_ids = torch.tensor([[r.path + 1] for r in rows], device=self.device)
-        self.cache.ensure(int(self.cache.lens[:n].max()) + 1, n)
-        logits = self.e.runner.forward(tokens, positions, 0, self.cache, path_ids)
-        self.cache.advance(0, torch.ones(n, dtype=torch.long, device=self.device))
-        return logits.float()
+        logits = self.decoder(([r.feed for r in rows], [r.pos for r in rows], [r.path + 1 for r in rows]), n)
+        self.cache.advance(n)
+        return logits
 
     def _admit(self, seqs: list[_Seq]) -> torch.Tensor:
         """Prefill the prompts of ``seqs`` (each distinct prompt once, then copied) into new rows at the end."""
@@ -268,17 +296,15 @@ class _Run:
             if s.prompt_index not in first:
                 first[s.prompt_index] = len(unique)
                 unique.append(s)
-        self._reserve(start + len(seqs))
+        self.cache.check_rows(start + len(seqs))
         t = max(len(s.prompt) for s in unique)
-        self.cache.ensure(t, start)
-        tokens = torch.full((len(unique), t), self.e.pad, dtype=torch.long)
-        for i, s in enumerate(unique):
-            tokens[i, :len(s.prompt)] = torch.tensor(s.prompt)
-        lens = torch.tensor([len(s.prompt) for s in unique], device=self.device)
+        self.cache.check_len(t)
+        tokens = upload([s.prompt + [self.e.pad] * (t - len(s.prompt)) for s in unique], torch.long, self.device)
+        lens = [len(s.prompt) for s in unique]
         positions = torch.arange(t, device=self.device).expand(len(unique), t)
-        path_ids = torch.zeros_like(positions) if self.e.runner.path_vectors else None
-        logits = self.e.runner.forward(tokens.to(self.device), positions, start, self.cache, path_ids, lens - 1)
-        self.cache.lens[start:start + len(unique)] = lens  # the slots may hold a finished row's count
+        last = upload([n - 1 for n in lens], torch.long, self.device)
+        logits = self.e.runner.prefill(tokens, positions, start, self.cache, torch.zeros_like(positions), last)
+        self.cache.prefilled(start, lens, t)
         # Rows [start, start + len(unique)) hold the distinct prompts; the other samples copy them.
         copies = [s for s in seqs if all(s is not u for u in unique)]
         if copies:
@@ -293,19 +319,19 @@ class _Run:
                 if self._left(s, 0) >= self.g.fork_cost(k):
                     row.fork = k
             self.rows.append(row)
-        logit_rows = [first[s.prompt_index] for s in ordered]
-        out = logits.float()[torch.tensor(logit_rows, device=self.device)]
+        out = logits.float()[upload([first[s.prompt_index] for s in ordered], torch.long, self.device)]
         if self.seen is not None:
-            for j, s in enumerate(ordered):
-                self.seen[start + j].zero_()
-                self.seen[start + j, torch.tensor(s.prompt, device=self.device)] = True
+            self.seen[start:start + len(ordered)] = False
+            self.marks += [(start + j, t) for j, s in enumerate(ordered) for t in s.prompt]
+            self._mark_seen()
         return out
 
-    def _reserve(self, rows: int) -> None:
-        self.cache.reserve(rows)
-        if self.seen is not None and rows > self.seen.shape[0]:
-            grow = self.cache.capacity - self.seen.shape[0]
-            self.seen = torch.cat([self.seen, self.seen.new_zeros(grow, self.seen.shape[1])])
+    def _mark_seen(self) -> None:
+        """Apply the step's (row, token) marks to ``seen`` in one write."""
+        if self.seen is not None and self.marks:
+            rows, toks = zip(*self.marks)
+            self.seen[upload(rows, torch.long, self.device), upload(toks, torch.long, self.device)] = True
+        self.marks = []
 
     # ----------------------------------------------------------------------------------------------- budget
 
@@ -403,32 +429,30 @@ class _Run:
         bans = self._plan_budget()
         shaped = logits if self.bias is None else logits + self.bias
         if self.seen is not None:
-            in_path = torch.tensor([r.path >= 0 for r in self.rows], device=self.device)[:, None]
+            in_path = upload([r.path >= 0 for r in self.rows], torch.bool, self.device)[:, None]
             shaped = torch.where(in_path, penalise_repeats(shaped, self.seen[:len(self.rows)], self.penalty), shaped)
         if bans:
-            rows_t = torch.tensor([b[0] for b in bans], device=self.device)
-            toks_t = torch.tensor([b[1] for b in bans], device=self.device)
-            shaped = shaped.index_put((rows_t, toks_t), torch.tensor(float("-inf"), device=self.device))
-        drawn = draw(shaped, self.s.temperature, self.s.top_p, self.gen).tolist()
-
-        chosen, scored = [], []
-        for i, r in enumerate(self.rows):
+            rows_t, toks_t = upload(list(zip(*bans)), torch.long, self.device)
+            shaped = shaped.index_put((rows_t, toks_t), self.neg_inf)
+        drawn = draw(shaped, self.s.temperature, self.s.top_p, self.gen)  # [B]
+        # The token each row scores when the engine, not the sampler, decides it (-1: the drawn one).
+        fixed = []
+        for r in self.rows:
             if r.done:
-                chosen.append(None)
-                scored.append(0)
+                fixed.append(0)
             elif r.closing:  # score the token that follows this path in the serialized sequence
                 b = r.seq.block
-                nxt = self.g.path_open[r.path + 1][0] if r.path + 1 < len(b.paths) else self.g.block_closers[0]
-                chosen.append(None)
-                scored.append(nxt)
+                fixed.append(self.g.path_open[r.path + 1][0] if r.path + 1 < len(b.paths) else self.g.block_closers[0])
             elif r.fork:
-                chosen.append(None)
-                scored.append(self.g.path_open[0][0])
+                fixed.append(self.g.path_open[0][0])
             else:
-                t = r.forced[0] if r.forced else drawn[i]
-                chosen.append(t)
-                scored.append(t)
-        values = logp.gather(1, torch.tensor(scored, device=self.device)[:, None]).squeeze(1).tolist()
+                fixed.append(r.forced[0] if r.forced else -1)
+        fixed_t = upload(fixed, torch.long, self.device)
+        scored = torch.where(fixed_t >= 0, fixed_t, drawn)  # [B]
+        values = logp.gather(1, scored[:, None]).squeeze(1)  # [B]
+        # The step's one read back from the device: what the grammar, the budget and the forks depend on.
+        read = torch.stack([scored.double(), values.double()]).tolist()
+        chosen, values = [int(t) for t in read[0]], read[1]
 
         remove: list[int] = []
         n = len(self.rows)
@@ -447,15 +471,16 @@ class _Run:
                 if forced:
                     r.forced.popleft()
                 self._take(i, r, chosen[i], values[i], forced, remove)
-        for i in sorted(remove, reverse=True):
-            self._remove(i)
+        self._mark_seen()
+        if remove:
+            self._compact(remove)
 
     def _take(self, i: int, r: _Row, token: int, lp: float, forced: bool, remove: list[int]) -> None:
         s = r.seq
         s.used += 1
         r.feed, r.pos = token, r.pos + 1
         if self.seen is not None:
-            self.seen[i, token] = True
+            self.marks.append((i, token))
         if r.path >= 0:
             path = s.block.paths[r.path]
             path.tokens.append(token)
@@ -487,15 +512,15 @@ class _Run:
         """Row i fed the opener: it becomes path 0, and k-1 copies of its cache become paths 1..k-1."""
         s, k = r.seq, r.fork
         s.blocks += 1
-        block = _Block(p=r.pos, prefix_len=int(self.cache.lens[i]), paths=[_Path() for _ in range(k)])
+        block = _Block(p=r.pos, prefix_len=self.cache.lens[i], paths=[_Path() for _ in range(k)])
         s.block = block
         r.fork = 0
         new = list(range(len(self.rows), len(self.rows) + k - 1))
         if new:
-            self._reserve(len(self.rows) + k - 1)
+            self.cache.check_rows(len(self.rows) + k - 1)
             self.cache.copy_rows([i] * len(new), new)
             if self.seen is not None:
-                self.seen[new] = self.seen[i].clone()
+                self.seen[new[0]:new[-1] + 1] = self.seen[i]
         rows = [r] + [_Row(seq=s, pos=r.pos) for _ in new]
         self.rows += rows[1:]
         s.rows = list(rows)
@@ -509,7 +534,7 @@ class _Run:
             row.feed, row.pos = opening[0], block.p + 1
             s.used += 1
             if self.seen is not None:
-                self.seen[i if j == 0 else new[j - 1], opening[0]] = True
+                self.marks.append((i if j == 0 else new[j - 1], opening[0]))
 
     def _park(self, i: int, r: _Row, lp_next: float, remove: list[int]) -> None:
         """Row i fed its path's closing tag: score what follows the path, then wait (or merge if last)."""
@@ -529,7 +554,7 @@ class _Run:
         # The last path closed: this row becomes the merged stream (prefix + every path).
         for j, p in enumerate(b.paths):
             if j != r.path:
-                self.cache.append(i, p.parked, len(self.rows))
+                self.cache.append(i, p.parked)
                 p.parked = None
             s.tokens += p.tokens
             s.logprobs += p.logprobs
@@ -555,11 +580,20 @@ class _Run:
             s.rows.remove(r)
             remove.append(i)
 
-    def _remove(self, i: int) -> None:
-        last = len(self.rows) - 1
-        if i != last:
-            self.cache.move_row(last, i)
-            if self.seen is not None:
-                self.seen[i] = self.seen[last]
-            self.rows[i] = self.rows[last]
-        self.rows.pop()
+    def _compact(self, remove: list[int]) -> None:
+        """Drop the rows at ``remove``, keeping the others contiguous: the order is that of removing each in turn
+        (highest first) by moving the last row into its slot, but each surviving row's entries move at most once
+        (a merged row holding every path would otherwise be copied once per path that closed with it)."""
+        order = list(range(len(self.rows)))
+        for i in sorted(remove, reverse=True):
+            last = order.pop()
+            if i < len(order):
+                order[i] = last
+        # Sources are surviving rows past the new end, destinations the removed rows' slots: disjoint.
+        moves = [(src, dst) for dst, src in enumerate(order) if src != dst]
+        for src, dst in moves:
+            self.cache.move_row(src, dst)
+        if self.seen is not None and moves:
+            src, dst = (upload(list(x), torch.long, self.device) for x in zip(*moves))
+            self.seen[dst] = self.seen[src]
+        self.rows = [self.rows[j] for j in order]
