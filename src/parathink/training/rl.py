@@ -434,7 +434,8 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         ref_model = ref_model.to(accelerator.device)
     policy = sampling_policy(accelerator, model, whole_copy)
     sync = (lambda: sync_policy(model, policy)) if whole_copy is not None else (lambda: None)
-    engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths, min_fork_budget=cfg.min_fork_budget)
+    engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths, min_fork_budget=cfg.min_fork_budget,
+                    cuda_graphs=cfg.cuda_graphs)
 
     metrics_path = Path(ctx.work_dir) / "metrics.jsonl"
     start, nan_run = 0, 0

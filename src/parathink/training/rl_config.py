@@ -44,6 +44,7 @@ class RLConfig:
     repetition_penalty_in_paths: float = 1.0  # NPR: 1.02 inside steps only; 1.0 = off
     min_fork_budget: int = 0  # NPR: no fork with fewer tokens of budget left (1024 in the paper)
 
+    cuda_graphs: bool = True  # on a GPU, replay the engine's decode step as CUDA graphs; false = eager launches
     # --- objective (DeepSeekMath eq. 3; DAPO; NPR's PAPO) ---
     advantage: str = "group_std"  # parathink.training.advantages registry
     policy_loss: str = "clipped"  # parathink.training.losses registry
