@@ -43,8 +43,8 @@ class RLConfig:
     rollout_batch_size: int = 128  # rows the engine decodes together (forked paths count as rows)
     repetition_penalty_in_paths: float = 1.0  # NPR: 1.02 inside steps only; 1.0 = off
     min_fork_budget: int = 0  # NPR: no fork with fewer tokens of budget left (1024 in the paper)
-
     cuda_graphs: bool = True  # on a GPU, replay the engine's decode step as CUDA graphs; false = eager launches
+
     # --- objective (DeepSeekMath eq. 3; DAPO; NPR's PAPO) ---
     advantage: str = "group_std"  # parathink.training.advantages registry
     policy_loss: str = "clipped"  # parathink.training.losses registry
