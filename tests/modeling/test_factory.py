@@ -77,3 +77,18 @@ def test_gguf_smollm2_to_checkpoint_and_generate(cache):
     out = model.generate(**ids, max_new_tokens=5, do_sample=False, pad_token_id=tok.eos_token_id)
     text = tok.decode(out[0, ids["input_ids"].shape[1]:])
     assert len(out[0]) == ids["input_ids"].shape[1] + 5 and text.strip()
+
+
+def test_an_s3_model_key_that_climbs_out_of_the_cache_is_refused(tmp_path, cache):
+    import boto3
+
+    from parathink.storage import StorageError
+    from parathink.storage.testing import moto_s3
+
+    with moto_s3("models"):
+        client = boto3.client("s3")
+        client.put_object(Bucket="models", Key="m/config.json", Body=b"{}")
+        client.put_object(Bucket="models", Key="m/../../../../escape.txt", Body=b"x")
+        with pytest.raises(StorageError, match="escape.txt"):
+            resolve_source("s3://models/m")
+    assert not list(tmp_path.rglob("escape.txt"))

@@ -73,3 +73,29 @@ def test_local_write_is_atomic_on_failure(tmp_path, monkeypatch):
 def test_bad_s3_uri():
     with pytest.raises(storage.StorageError, match="no bucket"):
         storage.read_bytes("s3:///key")
+
+
+@pytest.mark.parametrize("key", ["climb/stage/../../../escape.txt", "climb/stage//abs/escape.txt"])
+def test_a_key_that_climbs_out_of_its_folder_is_refused(s3, tmp_path, key):
+    import boto3
+
+    boto3.client("s3").put_object(Bucket="bucket", Key=key, Body=b"x")
+    dest = tmp_path / "a" / "b" / "dest"
+    try:
+        with pytest.raises(storage.StorageError, match="escape.txt"):
+            storage.download_dir("s3://bucket/climb/stage", dest)
+    finally:
+        boto3.client("s3").delete_object(Bucket="bucket", Key=key)
+    assert not list(tmp_path.rglob("escape.txt")) and not Path("/abs/escape.txt").exists()
+
+
+def test_local_writes_get_the_umask_s_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        storage.write_text(tmp_path / "run.json", "{}")
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "run.json").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o644

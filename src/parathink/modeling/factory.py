@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -43,24 +44,23 @@ def to_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
 
 def _download_s3(uri: str, cache: Path) -> Path:
-    import boto3
+    """The checkpoint under ``uri``, downloaded once into the cache (``storage.download_dir``: a key that would
+    climb out of the cache folder is refused before anything is written)."""
+    from parathink import storage
 
     bucket, _, prefix = uri[len("s3://"):].partition("/")
     prefix = prefix.strip("/")
     dest = cache / "s3" / bucket / prefix
     if (dest / ".complete").exists():
         return dest
-    client = boto3.client("s3")
-    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
-            for o in page.get("Contents", [])]
-    if not keys:
+    if not storage.list_files(f"s3://{bucket}/{prefix}"):
         raise FileNotFoundError(f"model source {uri}: no objects under that prefix")
-    for key in keys:
-        target = dest / key[len(prefix) + 1:]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(bucket, key, str(target) + ".part")
-        os.replace(str(target) + ".part", target)
-    (dest / ".complete").touch()
+    part = dest.with_name(dest.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    storage.download_dir(f"s3://{bucket}/{prefix}", part)
+    (part / ".complete").touch()
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(part, dest)
     return dest
 
 

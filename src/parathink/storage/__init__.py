@@ -3,11 +3,13 @@
 One small interface for both kinds of location, so that a run directory can be ``runs/tiny`` on a laptop
 and ``s3://bucket/parathink/tiny`` on a cluster with no other change. S3 settings (endpoint, credentials,
 region) come from the environment only (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), never from a
-config file.
+config file. ``digest`` fingerprints files and checks them later; ``conditional`` holds S3's conditional writes.
 """
 
 from parathink.storage.uri import (
     StorageError,
+    StorageUnavailable,
+    check_uri,
     download_dir,
     exists,
     is_s3,
@@ -15,7 +17,10 @@ from parathink.storage.uri import (
     list_files,
     read_bytes,
     read_text,
+    remove_file,
     remove_tree,
+    safe_join,
+    stat_files,
     upload_dir,
     write_bytes,
     write_text,
@@ -23,6 +28,8 @@ from parathink.storage.uri import (
 
 __all__ = [
     "StorageError",
+    "StorageUnavailable",
+    "check_uri",
     "download_dir",
     "exists",
     "is_s3",
@@ -30,7 +37,10 @@ __all__ = [
     "list_files",
     "read_bytes",
     "read_text",
+    "remove_file",
     "remove_tree",
+    "safe_join",
+    "stat_files",
     "upload_dir",
     "write_bytes",
     "write_text",
