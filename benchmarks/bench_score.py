@@ -2,11 +2,17 @@
 
 This is the grading-free part of every RL reward call. ``json_loads_per_s`` on the same lines is measured in
 the same run as a floor of per-record cost for reference.
+
+Adversarial responses (issue 21): responses built to defeat the extractor (``\\boxed{`` repeated, braces that never
+close, a ``Final Answer:`` line of spaces): the time to grade 64 KB of each, and its growth exponent between
+512 KB and 4 MB, log(t_4M / t_512K) / log(8): 1 for a linear extractor, 2 for a quadratic one (the old extractor
+took 16 s on 64 KB of ``\\boxed{``). Both sizes are past the CPU caches, whose edge alone bends a smaller pair.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -14,10 +20,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import best_of, write_result  # noqa: E402
 
+from parathink.grading import grade  # noqa: E402
 from parathink.scoring import score_record  # noqa: E402
 
 TARGET_CHARS = 2048
 N = 20_000
+ADVERSARIAL_CHARS = 64_000
+ADVERSARIAL = {  # name -> a response of about n characters
+    "boxed_open_repeated": lambda n: "\\boxed{" * (n // 7),
+    "closed_then_unclosed": lambda n: "\\boxed{}" * (n // 16) + "{" * (n // 2),
+    "final_answer_spaces": lambda n: "Final Answer:" + " " * n + "x",
+    "closing_then_boxed": lambda n: "}" * (n // 2) + "\\boxed{" * (n // 14),
+}
+ADVERSARIAL_MAX_EXPONENT = 1.5  # halfway to quadratic: room for a shared machine's noise
 
 
 def make_trace(rng: random.Random) -> str:
@@ -52,7 +67,17 @@ def main() -> None:
     t_score = best_of(score_all)
     t_json = best_of(load_all)
     parallel = sum(score_record(r)["parallel"] for r in records[:500]) / 500
+    grade_s, growth = {}, {}
+    for name, build in ADVERSARIAL.items():
+        at_64k, small, large = build(ADVERSARIAL_CHARS), build(ADVERSARIAL_CHARS * 8), build(ADVERSARIAL_CHARS * 64)
+        grade_s[name] = best_of(lambda: grade(at_64k, "18"))
+        t_small, t_large = best_of(lambda: grade(small, "18")), best_of(lambda: grade(large, "18"), repeats=3)
+        growth[name] = round(math.log(t_large / t_small) / math.log(8), 2)
     write_result("score", {
+        "adversarial_64kb_grade_s": {k: round(v, 5) for k, v in grade_s.items()},
+        "adversarial_growth_exponent": growth,
+        "adversarial_max_exponent": ADVERSARIAL_MAX_EXPONENT,
+        "adversarial_meets_target": max(growth.values()) <= ADVERSARIAL_MAX_EXPONENT,
         "traces_per_s": round(N / t_score),
         "json_loads_per_s": round(N / t_json),
         "trace_chars": TARGET_CHARS,

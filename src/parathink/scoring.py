@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from parathink.errors import BadInput
 from parathink.formats import parse
 from parathink.formats.metrics import relative_position
 from parathink.grading import grade
 from parathink.rewards import RewardFn
 
 
-class InputError(ValueError):
+class InputError(BadInput):
     """A bad input file or record; the message names the file and line."""
 
 
@@ -63,6 +64,9 @@ def read_records(path: str | Path, need_answer: bool = False) -> Iterator[tuple[
                 raise InputError(f"{path}:{lineno}: record has no string 'response' field")
             if need_answer and rec.get("answer") is None:
                 raise InputError(f"{path}:{lineno}: record has no 'answer' field (needed to compute a reward)")
+            answer = rec.get("answer")
+            if answer is not None and (not isinstance(answer, (str, int, float)) or isinstance(answer, bool)):
+                raise InputError(f"{path}:{lineno}: 'answer' must be a string or a number, got {type(answer).__name__}")
             yield lineno, rec
 
 

@@ -83,3 +83,39 @@ def test_scheme_needs_answer(tmp_path):
     assert res.returncode == 2 and ":1: record has no 'answer' field" in res.stderr
     res = run("score", str(src), "--scheme", "nope")
     assert res.returncode == 2 and "unknown reward scheme 'nope'" in res.stderr
+
+
+def test_output_that_is_a_directory_is_one_line_and_leaves_no_temp_file(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"response": "x"}) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    res = run("score", str(src), "--output", str(out))
+    assert res.returncode == 2 and str(out) in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out"] and not list(out.iterdir())
+
+
+def test_output_gets_the_usual_permissions(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"response": "x"}) + "\n")
+    res = subprocess.run(["sh", "-c", f"umask 022 && {sys.executable} -m parathink.cli score {src} "
+                                      f"--output {tmp_path / 'out.jsonl'}"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "out.jsonl").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("answer, kind", [(["1"], "list"), (True, "bool"), ({"a": 1}, "dict")])
+def test_an_answer_of_the_wrong_type_is_one_line(tmp_path, answer, kind):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"response": "\\boxed{1}", "answer": answer}) + "\n")
+    res = run("score", str(src))
+    assert res.returncode == 2 and f":1: 'answer' must be a string or a number, got {kind}" in res.stderr, res.stderr
+
+
+def test_a_lone_surrogate_is_scored_not_a_crash(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "\\\\boxed{\\ud800}", "answer": "1"}\n')
+    res = run("score", str(src), "--output", str(tmp_path / "out.jsonl"))
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "out.jsonl").read_text())["correct"] is False

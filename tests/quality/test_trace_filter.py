@@ -23,7 +23,7 @@ def test_reasons_cover_format_answer_and_length():
     empty = judge(rec("<Parallel><Path> </Path><Path>x</Path></Parallel><Summary>s</Summary>\\boxed{5}"), cfg)
     assert "format:empty_path" in empty.reasons
     assert judge(rec(GOOD + " " * 600), cfg).reasons == ["too_long"]
-    assert judge(rec(""), FilterConfig(min_chars=1)).reasons == ["no_block", "no_answer", "too_short"]
+    assert judge(rec(""), FilterConfig(min_chars=1)).reasons == ["no_block", "too_short"]  # not graded
     # A teacher that reached no vote (a tie): the last \\boxed{} is a path's, so the right answer does not count.
     tie = GOOD.replace("Paths give 5, 5.", "No majority.")[: -len("\n\\boxed{5}")]
     assert judge(rec(tie, vote=None), cfg).reasons == ["no_vote"]
@@ -52,3 +52,27 @@ def test_one_trace_per_problem_and_the_report(tmp_path):
     assert report["per_source"]["synthetic"]["correct_rate"] == 0.0
     assert report["reasons"] == {"duplicate_problem": 1, "incorrect": 1}
     assert report["bad_line_list"][0] == {"file": str(raw), "line": 4, "why": report["bad_line_list"][0]["why"]}
+
+
+def test_a_too_long_response_is_rejected_before_it_is_graded(monkeypatch):
+    import parathink.quality.traces as traces
+
+    def never(*a, **k):
+        raise AssertionError("a too-long response was graded")
+
+    monkeypatch.setattr(traces, "grade", never)
+    assert judge(rec("\\boxed{" * 8000), FilterConfig(max_chars=4000)).reasons == ["no_block", "too_long"]
+
+
+def test_wrong_answer_types_and_lone_surrogates_are_bad_lines_with_a_reason(tmp_path):
+    raw = tmp_path / "raw.jsonl"
+    lines = [json.dumps(rec(GOOD, answer=["5"])), json.dumps(rec(GOOD, answer=True)),
+             json.dumps(rec(GOOD, answer={"v": 5})), json.dumps(rec(GOOD + "\ud800")),
+             json.dumps(rec(GOOD, problem="Add \udfff.")), json.dumps(rec(GOOD, answer=5))]
+    raw.write_text("\n".join(lines) + "\n")
+    result = filter_records(read_raw(raw), FilterConfig())
+    whys = [b.why for b in result.bad_lines]
+    assert [b.line for b in result.bad_lines] == [1, 2, 3, 4, 5]
+    assert "answer must be a string or a number, got list" in whys[0] and "got bool" in whys[1]
+    assert "lone surrogate" in whys[3] and "response" in whys[3] and "problem" in whys[4]
+    assert [j.accepted for j in result.judged] == [True]  # the integer answer is fine

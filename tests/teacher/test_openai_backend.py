@@ -26,8 +26,8 @@ TRACE = "<Parallel>\n<Path>\nA\n</Path>\n<Path>\nB\n</Path>\n</Parallel>\n<Summa
 class FakeOpenAI:
     """Answers /v1/chat/completions; ``fail_first`` requests get 503, after ``serve_only`` successes all get 503."""
 
-    def __init__(self, delay=0.0, fail_first=0, serve_only=None):
-        self.delay, self.fail_first, self.serve_only = delay, fail_first, serve_only
+    def __init__(self, delay=0.0, fail_first=0, serve_only=None, content=TRACE.format(7)):
+        self.delay, self.fail_first, self.serve_only, self.content = delay, fail_first, serve_only, content
         self.lock = threading.Lock()
         self.requests = self.successes = self.in_flight = self.max_in_flight = 0
         self.problems_served: list[str] = []
@@ -57,7 +57,7 @@ class FakeOpenAI:
                     problem = body["messages"][0]["content"].rsplit("Problem: ", 1)[1].strip()
                     with outer.lock:
                         outer.problems_served.append(problem)
-                    self._send(200, {"choices": [{"message": {"role": "assistant", "content": TRACE.format(7)},
+                    self._send(200, {"choices": [{"message": {"role": "assistant", "content": outer.content},
                                                   "finish_reason": "stop"}], "usage": {"completion_tokens": 9}})
                 finally:
                     with outer.lock:
@@ -143,3 +143,16 @@ def test_stage_resumes_after_the_endpoint_dies_with_nothing_lost_or_doubled(tmp_
     assert [r["id"] for r in raw] == [p["id"] for p in problems]  # all 12, once each, in problem order
     assert set(raw[0]) >= {"id", "source", "problem", "answer", "level", "response"}
     assert metrics["resumed"] == 5 and metrics["generated"] == 7 and metrics["parallel_rate"] == 1.0
+
+
+def test_a_lone_surrogate_from_the_endpoint_is_kept_escaped_and_rejected_by_the_filter(tmp_path, openai_cfg):
+    from parathink.quality.traces import FilterConfig, filter_records, read_raw
+
+    ctx = StageContext.standalone("teacher", tmp_path)
+    ctx.progress = False
+    with FakeOpenAI(content=TRACE.format(7) + "\ud800") as server:  # valid JSON, not encodable as UTF-8
+        cfg = openai_cfg(server.url)
+        metrics = teacher_stage.run(cfg, ctx)
+        assert metrics["problems"] == 12 and teacher_stage.run(cfg, ctx)["generated"] == 0  # a rerun resumes
+    result = filter_records(read_raw(ctx.out_dir / "raw.jsonl"), FilterConfig())
+    assert len(result.bad_lines) == 12 and "lone surrogate" in result.bad_lines[0].why

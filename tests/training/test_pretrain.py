@@ -73,9 +73,32 @@ def test_pretrain_learns_and_resumes(tok, tmp_path):
     model = build_tiny_model(mcfg, tok)
     first = pretrain(model, tok, cfg, work_dir=tmp_path, seed=0)
     assert first["steps"] == 6 and first["final_loss"] < 5.5
-    state = torch.load(tmp_path / "pretrain_state.pt", weights_only=False)
+    state = torch.load(tmp_path / "pretrain_state.pt", weights_only=True)  # plain data: no code runs on load
     assert state["step"] == 6 and state["stop"] == "max_steps"
     fresh = build_tiny_model(mcfg, tok)
     again = pretrain(fresh, tok, cfg, work_dir=tmp_path, seed=0)  # rerun after the end: restores, trains no more
     assert again["steps"] == 6
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values()))
+
+
+class _Payload:
+    """Unpickling this runs code: what anyone who can write the scratch folder could plant there."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_resume_runs_no_code_from_the_checkpoint(tok, tmp_path, capsys):
+    torch.set_num_threads(1)
+    mcfg = OmegaConf.load("hydra_conf/model/tiny.yaml")
+    cfg = OmegaConf.load("hydra_conf/stage/base.yaml")
+    cfg.update({"train_size": 64, "batch_size": 4, "max_steps": 2, "eval_every": 2, "eval_n": 2,
+                "checkpoint_every": 1, "max_new_tokens": 4, "warmup_steps": 1, "target_greedy_easy": 1.1})
+    marker = tmp_path / "code-ran"
+    torch.save({"step": 1, "evil": _Payload(marker)}, tmp_path / "pretrain_state.pt")
+    out = pretrain(build_tiny_model(mcfg, tok), tok, cfg, work_dir=tmp_path, seed=0)
+    assert not marker.exists() and out["steps"] == 2  # refused, and trained from the start
+    assert "pretrain_state.pt" in capsys.readouterr().err

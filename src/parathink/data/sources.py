@@ -31,24 +31,31 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from parathink import provenance
 from parathink.data import verl
+from parathink.errors import BadInput
 
 REQUIRED_FIELDS = ("id", "source", "problem", "answer")
 
 
-class SourceError(ValueError):
+class SourceError(BadInput):
     """A source that cannot be read as asked; the message names the source, the file and the line."""
 
 
 class SourceUnavailable(SourceError):
     """The hub (or another remote) cannot be reached from here."""
 
+    exit_code = 1  # may come back: worth a retry
+
 
 # ---------------------------------------------------------------------------------------------- layouts
 
 
 def _clean_answer(value: Any) -> str:
-    """Answers as strings; integral floats (AMC23 stores 27.0) lose their ``.0``."""
+    """Answers as strings; integral floats (AMC23 stores 27.0) lose their ``.0``. A list, a bool or an object is
+    no answer (its text would be graded: ``["1"]`` against 1 counted correct)."""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise TypeError(f"'answer' must be a string or a number, got {type(value).__name__}")
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value).strip()
@@ -218,6 +225,7 @@ def _rows_from_hub(hub_id: str, config: str | None, split: str) -> Iterator[dict
 def read_rows(uri: str | os.PathLike) -> Iterator[dict]:
     """The raw rows (dicts) at a local path or s3:// URI, in file order."""
     uri = str(uri)
+    provenance.note_read(uri)  # the stage reading it is stale once the file changes
     if uri.startswith("s3://"):
         return _rows_from_s3(uri)
     return _rows_from_local(Path(uri))
@@ -360,8 +368,7 @@ def load_problems(spec: Mapping[str, Any], seed: int = 0) -> list[dict]:
         missing = [k for k in ("level", "split", "n") if spec.get(k) is None]
         if missing:
             raise SourceError(f"synthetic problem set {spec} lacks {missing}")
-        records = synthetic.generate(spec["level"], spec["split"], int(spec["n"]), int(spec.get("seed", seed)))
-        return records
+        return synthetic.generate(*synthetic.check_spec(spec, f"synthetic problem set {spec}", seed))
     if not source:
         raise SourceError(f"problem set {spec} has no 'source'")
     return load_source(source, spec.get("uri"), split=spec.get("split"), limit=spec.get("limit"),

@@ -20,11 +20,16 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator, Mapping
+
+from parathink.errors import BadInput
 
 SOURCE = "synthetic"
 LEVELS_ORDER = ("easy", "hard")
 SPLITS = ("train", "test")
+# Far beyond any real set (GSM8K has 7.5k train problems, DAPO-Math-17k 17k); a typo such as 1e9 would otherwise
+# run for an hour and fill memory before anything says so.
+MAX_PROBLEMS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,25 @@ def _check(level: str, split: str, n: int) -> LevelSpec:
     if n < 0:
         raise ValueError(f"synthetic n must be >= 0, got {n}")
     return LEVELS[level]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_spec(spec: Mapping[str, Any], where: str, seed: int = 0) -> tuple[str, str, int, int]:
+    """(level, split, n, seed) of a problem-set entry ``{source: synthetic, level, split, n[, seed]}``; BadInput
+    naming ``where`` and the key when one is missing, unknown, not an integer or out of bounds."""
+    level, split, n, own_seed = spec.get("level"), spec.get("split"), spec.get("n"), spec.get("seed", seed)
+    if level not in LEVELS:
+        raise BadInput(f"{where}.level: {level!r} is not one of {', '.join(LEVELS_ORDER)}")
+    if split not in SPLITS:
+        raise BadInput(f"{where}.split: {split!r} is not one of {', '.join(SPLITS)}")
+    if not _is_int(n) or not 1 <= n <= MAX_PROBLEMS:
+        raise BadInput(f"{where}.n: must be an integer from 1 to {MAX_PROBLEMS:,}, got {n!r}")
+    if not _is_int(own_seed):
+        raise BadInput(f"{where}.seed: must be an integer, got {own_seed!r}")
+    return level, split, n, own_seed
 
 
 def iter_problems(level: str, split: str, seed: int = 0) -> Iterator[dict]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from parathink.grading.extract import extract_answer
-from parathink.grading.verify import is_correct
+from parathink.grading.verify import check_gold, is_correct
 
 
 def grade(response: str, gold: str | int | float) -> tuple[str | None, bool]:
-    """(extracted answer, correct?) of a response against the gold answer."""
+    """(extracted answer, correct?) of a response against the gold answer (a string or a number)."""
+    check_gold(gold)
     extracted = extract_answer(response)
     return extracted, is_correct(extracted, gold)
 

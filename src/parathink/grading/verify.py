@@ -1,7 +1,12 @@
 """Equivalence of an extracted answer with the gold one, through math-verify.
 
 Most answers in our data are plain numbers, and math-verify costs ~0.5 ms a call; a cheap exact check on
-normalised strings settles those first, so grading stays out of the way of the RL reward loop.
+normalised strings settles those first, so grading stays out of the way of the RL reward loop. An answer longer
+than ``MAX_VERIFY_CHARS`` is compared as a string only: math-verify's parse grows with the text (a 10 KB one took
+~1 s), and no final answer of a math problem is that long.
+
+The gold answer must be a string or a number: a list, a bool or a dict would be graded by its text (``["1"]``
+against a response of 1 counted correct), so it is refused with ``ValueError``.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from functools import lru_cache
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _STRIP = str.maketrans("", "", " $")
+MAX_VERIFY_CHARS = 1000
 
 
 def _normalise(s: str) -> str:
-    s = s.strip().translate(_STRIP)
+    s = s.strip().replace("\\$", "").translate(_STRIP)  # \$18 is LaTeX's dollar sign: a currency mark, like $
     if _THOUSANDS.fullmatch(s):  # 1,000 -> 1000, but (1,2) stays a pair
         s = s.replace(",", "")
     if s.startswith("\\text{") and s.endswith("}"):
@@ -43,8 +49,14 @@ def _as_math(s: str) -> str:
     return s if "$" in s or "\\boxed" in s else f"${s}$"
 
 
+def check_gold(gold: object) -> None:
+    if not isinstance(gold, (str, int, float)) or isinstance(gold, bool):
+        raise ValueError(f"a gold answer must be a string or a number, got {type(gold).__name__}")
+
+
 def is_correct(extracted: str | None, gold: str | int | float) -> bool:
     """True when ``extracted`` equals ``gold`` mathematically."""
+    check_gold(gold)
     if extracted is None:
         return False
     a, b = _normalise(str(extracted)), _normalise(str(gold))
@@ -54,4 +66,6 @@ def is_correct(extracted: str | None, gold: str | int | float) -> bool:
         return True
     if _NUMBER.fullmatch(a) and _NUMBER.fullmatch(b):
         return float(a) == float(b)
+    if len(a) > MAX_VERIFY_CHARS or len(b) > MAX_VERIFY_CHARS:
+        return False
     return _verify(a, b)

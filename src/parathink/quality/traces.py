@@ -5,10 +5,10 @@ correct, its length is within bounds, and it is the first such trace of its prob
 says it reached no vote (``vote: null``, the ``self`` teacher on a tie) is rejected too: its last ``\\boxed{}`` is
 a path's answer, not a summary's. Everything else is
 rejected with every reason that applies, so the report's reasons histogram is the paper's Table 1 for our data
-(how often the teacher fails the format, the answer, or both).
+(how often the teacher fails the format, the answer, or both); a response outside the length bounds is not graded.
 
-Bad input never stops the filter: a line that is not UTF-8, not JSON, not an object, or lacks a field is
-counted and listed (file, line, why) in the report.
+Bad input never stops the filter: a line that is not UTF-8, not JSON, not an object, lacks a field, has an answer
+that is not a string or a number, or holds a lone surrogate is counted and listed (file, line, why) in the report.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 
 from parathink.formats import parse
 from parathink.grading import grade
+from parathink.jsonl import lone_surrogate
 
 REQUIRED = ("problem", "answer", "response")
 MAX_LISTED_BAD_LINES = 1000  # the report lists this many; the count is always exact
@@ -65,10 +66,24 @@ def read_raw(path: str | Path) -> Iterator[tuple[int, dict] | BadLine]:
             if missing:
                 yield BadLine(str(path), lineno, f"missing field(s) {', '.join(missing)}")
                 continue
-            if not isinstance(rec["response"], str) or not isinstance(rec["problem"], str):
-                yield BadLine(str(path), lineno, "problem and response must be strings")
+            why = unusable(rec)
+            if why:
+                yield BadLine(str(path), lineno, why)
                 continue
             yield lineno, rec
+
+
+def unusable(rec: dict) -> str | None:
+    """Why a record with the required fields still cannot be judged, or None."""
+    if not isinstance(rec["response"], str) or not isinstance(rec["problem"], str):
+        return "problem and response must be strings"
+    answer = rec["answer"]
+    if not isinstance(answer, (str, int, float)) or isinstance(answer, bool):
+        return f"answer must be a string or a number, got {type(answer).__name__}"  # its text would be graded
+    field = lone_surrogate(rec)
+    if field:
+        return f"{field} holds a lone surrogate (valid JSON, not encodable as UTF-8)"
+    return None
 
 
 @dataclass
@@ -91,24 +106,29 @@ class Judged:
 
 
 def judge(rec: dict, cfg: FilterConfig) -> Judged:
-    """Format, answer and length checks of one record (duplicates are decided by ``filter_records``)."""
+    """Format, answer and length checks of one record (duplicates are decided by ``filter_records``).
+
+    A response outside the length bounds is parsed (linear, and the format rates count every record) but never
+    graded: it is rejected for its length, and a pathological one costs no math-verify call."""
     response = rec["response"]
+    n = len(response)
     trace = parse(response, cfg.grammar)
-    extracted, correct = grade(response, str(rec["answer"]))
     reasons = [f"format:{code}" for code in trace.errors]
     if trace.valid and not trace.blocks:
         reasons.append("no_block")
-    if extracted is None:
-        reasons.append("no_answer")
-    elif not correct:
-        reasons.append("incorrect")
-    if "vote" in rec and rec["vote"] is None and extracted is not None:
-        reasons.append("no_vote")
-    n = len(response)
+    extracted, correct = None, False
     if n < cfg.min_chars:
         reasons.append("too_short")
     elif n > cfg.max_chars:
         reasons.append("too_long")
+    else:
+        extracted, correct = grade(response, rec["answer"])
+        if extracted is None:
+            reasons.append("no_answer")
+        elif not correct:
+            reasons.append("incorrect")
+        if "vote" in rec and rec["vote"] is None and extracted is not None:
+            reasons.append("no_vote")
     empty = sum(1 for b in trace.blocks for p in b.paths if not p.text.strip())
     return Judged(rec, trace.valid, trace.parallel, correct, extracted, n, len(trace.blocks), empty, reasons)
 

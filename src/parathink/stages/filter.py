@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from parathink import jsonl, provenance
 from parathink.stages.context import ConfigError, StageContext
 
 SHARED_KEYS = ("format", "seed")
@@ -65,7 +66,7 @@ def _write_jsonl(path: Path, records) -> int:
     n = 0
     with tmp.open("w", encoding="utf-8") as fh:
         for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+            fh.write(jsonl.dumps(r) + "\n")
             n += 1
     os.replace(tmp, path)
     return n
@@ -81,6 +82,7 @@ def _input_path(cfg: DictConfig, ctx: StageContext) -> Path:
     src = cfg.filter.input
     if src is None:
         return ctx.input("teacher") / "raw.jsonl"
+    provenance.note_read(str(src))  # an input from outside the run directory: its edit makes this stage stale
     if str(src).startswith("s3://"):
         from parathink import storage
 

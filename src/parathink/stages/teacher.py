@@ -8,13 +8,13 @@ a killed or failed run resumes with no record lost or written twice.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from parathink import jsonl
 from parathink.stages.context import ConfigError, StageContext
 from parathink.teacher import BACKENDS, RawStore, TeacherUnavailable
 from parathink.teacher.traces import SUMMARIES
@@ -37,15 +37,22 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"teacher.{t.backend}.num_paths: a block needs >= 2 paths, got {t[t.backend].num_paths}")
     if t.backend == "self" and t.self.summary not in SUMMARIES:
         raise ConfigError(f"teacher.self.summary: {t.self.summary!r} is not one of {', '.join(SUMMARIES)}")
+    limit = t.get("limit")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ConfigError(f"teacher.limit: must be an integer >= 1 (or null for all), got {limit!r}")
     problems = t.problems
     if not OmegaConf.is_list(problems) or len(problems) == 0:
         raise ConfigError("teacher.problems: a non-empty list of problem sets is required")
     for i, spec in enumerate(problems):
-        if not spec.get("source"):
+        if not OmegaConf.is_dict(spec) or not spec.get("source"):
             raise ConfigError(f"teacher.problems[{i}].source: missing")
         if t.backend == "scripted" and spec.source != "synthetic":
             raise ConfigError(f"teacher.problems[{i}].source: the scripted teacher handles synthetic problems only, "
                               f"got {spec.source!r}")
+        if spec.source == "synthetic":
+            from parathink.data import synthetic
+
+            synthetic.check_spec(OmegaConf.to_container(spec, resolve=True), f"teacher.problems[{i}]")
 
 
 def load_problem_sets(specs: Any, seed: int, limit: int | None) -> list[dict]:
@@ -124,7 +131,7 @@ def _write_jsonl(path, records: list[dict]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write(jsonl.dumps(r) + "\n")  # a lone surrogate from an endpoint stays escaped; the filter rejects it
     os.replace(tmp, path)
 
 

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from parathink import jsonl
+
 
 class RawStore:
     def __init__(self, path: str | os.PathLike):
@@ -53,7 +55,7 @@ class RawStore:
             return  # a backend that yields an id twice does not duplicate it
         if self._fh is None:
             self._fh = self.path.open("a", encoding="utf-8")
-        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._fh.write(jsonl.dumps(record) + "\n")
         self._fh.flush()
         self.records[record["id"]] = record
 

@@ -11,7 +11,9 @@ padding it did better here: 1,310 steps in 6 minutes of training, greedy easy 0.
 from __future__ import annotations
 
 import math
+import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,8 +129,8 @@ def pretrain(model, tokenizer, cfg, *, work_dir: Path, seed: int = 0, tracker: T
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
     ckpt = Path(work_dir) / "pretrain_state.pt"
     step, elapsed, rng, stop = 0, 0.0, random.Random(seed), ""
-    if ckpt.exists():  # resume: weights, optimiser, step, time spent and the sampler's state
-        state = torch.load(ckpt, weights_only=False)
+    state = _load_state(ckpt)
+    if state is not None:  # resume: weights, optimiser, step, time spent and the sampler's state
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed = state["step"], state["elapsed"]
@@ -170,15 +172,42 @@ def pretrain(model, tokenizer, cfg, *, work_dir: Path, seed: int = 0, tracker: T
         elif minutes >= cfg.max_minutes:
             stop = stop or "max_minutes"
         if stop or step % cfg.checkpoint_every == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                        "elapsed": time.perf_counter() - t0, "rng": rng.getstate(),
-                        "torch_rng": torch.get_rng_state(), "stop": stop}, ckpt)
+            _save_state(ckpt, {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                               "elapsed": time.perf_counter() - t0, "rng": rng.getstate(),
+                               "torch_rng": torch.get_rng_state(), "stop": stop})
     if bar is not None:
         bar.close()
     model.eval()
     metrics.update({"steps": float(step), "minutes": (time.perf_counter() - t0) / 60, "final_loss": loss.item(),
                     "stopped_at_target": float(stop == "target")})
     return metrics
+
+
+_STATE_KEYS = ("model", "opt", "step", "elapsed", "rng", "torch_rng")
+
+
+def _save_state(path: Path, state: dict) -> None:
+    """Tensors and plain types only (``weights_only`` loads them back), written whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_state(path: Path) -> dict | None:
+    """The checkpoint to resume from, loaded as data only: ``weights_only=True`` runs no code from the file, so
+    whoever can write the scratch folder cannot run code here. One that does not load (torn, or holding objects
+    that would run code) is ignored with a warning naming it, and training starts over."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, weights_only=True)
+        if isinstance(state, dict) and all(k in state for k in _STATE_KEYS):
+            return state
+        why = "not a pretraining checkpoint"
+    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError... for what it refuses
+        why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    print(f"[parathink] warning: {path} cannot be resumed from ({why}); training starts over", file=sys.stderr)
+    return None
 
 
 def _bar(progress: bool, total: int, initial: int):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from parathink.data import synthetic
 from parathink.training.advantages import ADVANTAGES
 from parathink.training.losses import AGGREGATIONS, POLICY_LOSSES, LossSpec
 
@@ -188,9 +189,6 @@ class RLConfig:
             raise ValueError(f"{where}={spec}: needs a 'source' (synthetic, gsm8k, dapo_math_17k, ...)")
         if spec["source"] != "synthetic":
             return  # the loader itself names a bad source or URI, still before any rollout
-        if spec.get("level") not in ("easy", "hard"):
-            raise ValueError(f"{where}.level={spec.get('level')!r}: expected easy or hard")
         if spec.get("split") != "train":
             raise ValueError(f"{where}.split={spec.get('split')!r}: RL trains on the train split only")
-        if not isinstance(spec.get("n"), int) or spec["n"] < 1:
-            raise ValueError(f"{where}.n={spec.get('n')!r}: must be an integer >= 1")
+        synthetic.check_spec(spec, where)  # level, n (bounded), seed
