@@ -5,6 +5,7 @@
     parathink run [overrides...]            the curriculum's stages in order
     parathink demo                          the tiny curriculum and its table
     parathink plan [overrides...]           validate, then print the stages and their placement as JSON
+    parathink unlock RUN_DIR STAGE...       break the lock of a stage whose process is gone
     parathink promote ... / compare RUN_A RUN_B
     parathink kfp compile|run|submit ...    the curriculum as a Kubeflow pipeline
     parathink data describe SPEC            what a problem-source spec reads (JSON)
@@ -18,10 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Callable, Sequence
 
 from parathink import threads
@@ -54,16 +52,30 @@ def cmd_score(args: argparse.Namespace) -> int:
         return _fail(str(e))
     text = "".join(line + "\n" for line in lines)
     if args.output:
-        # Written whole or not at all: a temporary file in the same folder, then a rename.
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, out)
+        from parathink.storage import StorageError, write_text
+
+        try:
+            write_text(args.output, text)  # whole or not at all (a temp file, then a rename), umask's permissions
+        except StorageError as e:
+            return _fail(str(e))
     else:
         sys.stdout.write(text)
     print(summary.line(), file=sys.stderr)
+    return 0
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    """Break the lock of stages whose holder is gone (a pod killed while its S3 lease was still valid)."""
+    from parathink.errors import ParathinkError
+    from parathink.stages.lock import break_lock, describe
+
+    for stage in args.stages:
+        try:
+            holder = break_lock(args.run_dir, stage)
+        except ParathinkError as e:
+            return _fail(str(e), e.exit_code)
+        state = f"was held by {describe(holder)}" if holder is not None else "was not locked"
+        print(f"parathink: unlocked stage {stage!r} of {args.run_dir}: it {state}", file=sys.stderr)
     return 0
 
 
@@ -95,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("name")
     st.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. run_dir=runs/x sft.lr=1e-5")
     st.set_defaults(func=_delegate("parathink.stages.runner", "main_stage"))
+
+    u = sub.add_parser("unlock", help="break a stage's lock whose holder is gone (docs/reliability.md)")
+    u.add_argument("run_dir")
+    u.add_argument("stages", nargs="+", metavar="STAGE")
+    u.set_defaults(func=cmd_unlock)
 
     for name, module, func, help_ in [
         ("run", "parathink.stages.runner", "main_run", "run the curriculum's stages in order"),

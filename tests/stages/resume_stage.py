@@ -35,6 +35,9 @@ def run(cfg, ctx):
     if c.get("calls"):
         with open(c.calls, "a") as f:
             f.write(json.dumps({"stage": ctx.name, "start": start, "pid": os.getpid()}) + "\n")
+    if c.get("wait_for"):  # hold the stage open until the test creates this file (a slow stage, deterministically)
+        while not os.path.exists(c.wait_for):
+            time.sleep(0.05)
     base = int((ctx.input(c.input) / "value.txt").read_text()) if c.get("input") else 0
     rows = []
     for step in range(start + 1, int(c.steps) + 1):

@@ -50,7 +50,8 @@ def test_eval_stage_scores_every_model_present(run_dir):
     assert manifest["inputs"]["rl_easy"] is None  # absent, recorded: its arrival makes eval rerun
 
 
-def test_eval_reuses_finished_sets_after_a_kill(run_dir, monkeypatch):
+def _first_eval_attempt(run_dir):
+    """(cfg, ctx, metrics) of an eval of `base` whose scratch (``run_dir/work``) a second attempt can reuse."""
     from parathink.stages import eval as eval_stage
     from parathink.stages.context import StageContext
 
@@ -60,7 +61,13 @@ def test_eval_reuses_finished_sets_after_a_kill(run_dir, monkeypatch):
     ctx = StageContext(name="eval", out_dir=run_dir / "out1", work_dir=run_dir / "work", seed=0,
                        resolve_input=lambda s: run_dir / s)
     ctx.out_dir.mkdir()
-    first = eval_stage.run(cfg, ctx)
+    return cfg, ctx, eval_stage.run(cfg, ctx)
+
+
+def test_eval_reuses_finished_sets_after_a_kill(run_dir, monkeypatch):
+    from parathink.stages import eval as eval_stage
+
+    cfg, ctx, first = _first_eval_attempt(run_dir)
     # a second attempt with the same work_dir must not sample again
     import parathink.evaluation.generators as gen
 
@@ -69,6 +76,18 @@ def test_eval_reuses_finished_sets_after_a_kill(run_dir, monkeypatch):
     ctx.out_dir.mkdir()
     assert eval_stage.run(cfg, ctx) == first
     assert (run_dir / "out2" / "base" / "hard.jsonl").read_bytes() == (run_dir / "out1" / "base" / "hard.jsonl").read_bytes()
+
+
+def test_a_damaged_summary_in_the_scratch_is_evaluated_again(run_dir, capsys):
+    from parathink.stages import eval as eval_stage
+
+    cfg, ctx, first = _first_eval_attempt(run_dir)
+    summary = run_dir / "work" / "base" / "hard.summary.json"
+    summary.write_text("{damaged")
+    ctx.out_dir = run_dir / "out2"
+    ctx.out_dir.mkdir()
+    assert eval_stage.run(cfg, ctx) == first
+    assert str(summary) in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("override, key", [("eval.sets.easy.k=0", "eval.sets.easy.k"),

@@ -14,15 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from parathink.errors import BadInput
 from parathink.tracking.base import NullTracker, Tracker
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput):
     """A configuration value that cannot work; the message names the key."""
 
 
 class StageInputMissing(FileNotFoundError):
     """A stage asked for the output of a stage that has not produced it."""
+
+    exit_code = 2
+
+
+class StageInputStale(BadInput):
+    """A stage asked for an output that was altered after it was published, or made from inputs since replaced."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, storage
+from parathink.jsonl import load_record
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
 
 MODES = ("causal", "structured")
@@ -41,6 +42,11 @@ def validate(cfg: DictConfig) -> None:
     for name, spec in active_sets(cfg).items():
         if not spec.get("source"):
             raise ConfigError(f"eval.sets.{name}.source: missing")
+        if spec.source == "synthetic":
+            from parathink.data import synthetic
+
+            plain = OmegaConf.to_container(spec, resolve=True)
+            synthetic.check_spec({k: v for k, v in plain.items() if k not in SET_KEYS}, f"eval.sets.{name}")
         if spec.get("k") is not None and int(spec.get("k")) < 1:  # left out: the file's rows per problem
             raise ConfigError(f"eval.sets.{name}.k: must be >= 1, got {spec.get('k')}")
     for stage, mode in {"*": e.mode, **dict(e.get("mode_by_stage", {}))}.items():
@@ -59,6 +65,14 @@ def _model_hash(model_dir: Path) -> str:
             h.update(p.relative_to(model_dir).as_posix().encode())
             h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()[:16]
+
+
+def _cached_summary(meta: Path, fingerprint: str) -> dict | None:
+    """The summary an interrupted attempt left for this model, or None (absent, another model's, or damaged)."""
+    data = load_record(meta, "that set is evaluated again")
+    if data is None or data.get("model_hash") != fingerprint or not isinstance(data.get("summary"), dict):
+        return None
+    return data["summary"]
 
 
 def _problems(spec: dict, seed: int) -> list[dict]:
@@ -100,9 +114,9 @@ def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: P
     for i, (set_name, spec) in enumerate(sets.items()):
         cache = ctx.work_dir / stage / f"{set_name}.jsonl"
         meta = cache.with_suffix(".summary.json")
-        reuse = meta.exists() and json.loads(meta.read_text()).get("model_hash") == fingerprint and cache.exists()
-        if procs.broadcast(reuse):  # rank 0's view of the shared scratch decides for every process
-            rows[set_name] = json.loads(meta.read_text())["summary"]
+        summary = _cached_summary(meta, fingerprint) if cache.exists() else None
+        if procs.broadcast(summary is not None):  # rank 0's view of the shared scratch decides for every process
+            rows[set_name] = summary if summary is not None else _cached_summary(meta, fingerprint)
             if procs.is_main:
                 print(f"[parathink] eval: {stage}/{set_name} reused from the interrupted attempt", file=sys.stderr)
         else:

@@ -2,10 +2,15 @@
 
 A stage's output folder ends with ``_manifest.json``. The runner writes it last (inside the temporary
 folder before the atomic rename; last in the upload for S3), so its presence is the only mark of a complete
-output. It records the config hash (the stage's own section plus the shared keys it reads), the output
-hashes of the stages it read through ``ctx.input`` (its inputs), the content hash of every output file,
-the metrics ``run`` returned, and the times. A rerun skips the stage when the config hash and the inputs'
-hashes are unchanged.
+output. It records the config hash (the stage's own section plus the shared keys it reads, as
+``parathink.redact`` allows them to be recorded), the output hashes of the stages it read through ``ctx.input``
+(its inputs), the fingerprints of the files it read from outside the run directory (``external``: a
+``filter.input``, a data set's JSONL), the content of every output file (SHA-256 and size; the mtime locally,
+S3's ETag remotely, so that a later check costs a ``stat`` or one listing), the metrics ``run`` returned, and
+the times. A rerun skips the stage when all of these still hold (``parathink.stages.runner.is_up_to_date``).
+
+A manifest that cannot be read as one (not JSON, not an object, a key missing or of the wrong type, an output
+path that leaves its folder) raises ``ManifestDamaged``; the run directory treats it as no output at all.
 """
 
 from __future__ import annotations
@@ -19,10 +24,20 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from parathink.jsonl import parse_object
+from parathink.redact import recordable, redact
+from parathink.storage import StorageError, safe_join
+from parathink.storage.digest import file_sha256, local_meta  # noqa: F401  (file_sha256: re-exported)
+
 MANIFEST = "_manifest.json"
 # Keys outside a stage's own section that change what any stage produces. A stage module may narrow or
 # extend this with a module-level SHARED_KEYS tuple.
 DEFAULT_SHARED_KEYS = ("model", "data", "format", "seed")
+_REQUIRED = {"stage": str, "config_hash": str, "config": dict, "inputs": dict, "output_hash": str, "outputs": dict}
+
+
+class ManifestDamaged(ValueError):
+    """A ``_manifest.json`` that is not a manifest; the message says what is wrong with it."""
 
 
 def _canonical(obj: Any) -> str:
@@ -30,36 +45,53 @@ def _canonical(obj: Any) -> str:
 
 
 def stage_config(cfg: DictConfig, stage: str, shared_keys: tuple[str, ...]) -> dict:
-    """The part of the config a stage depends on, resolved: its own section plus the shared keys."""
-    out = {"stage": OmegaConf.to_container(cfg[stage], resolve=True)}
+    """The part of the config a stage depends on, resolved as it may be recorded: its own section, the module
+    that runs it when ``stage_modules`` names one, and the shared keys."""
+    rec = recordable(cfg)
+    out = {"stage": OmegaConf.to_container(rec[stage], resolve=True)}
+    module = (cfg.get("stage_modules") or {}).get(stage)
+    if module is not None:
+        out["module"] = str(module)
     for key in shared_keys:
-        if key in cfg:
-            node = cfg[key]
+        if key in rec:
+            node = rec[key]
             out[key] = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-    return out
+    return redact(out)
 
 
 def config_hash(section: dict) -> str:
     return hashlib.sha256(_canonical(section).encode()).hexdigest()[:16]
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def tree_hashes(root: Path) -> tuple[str, dict[str, dict]]:
-    """(hash of the whole tree, {relative path: {sha256, size}}) for every file but the manifest."""
+    """(hash of the whole tree, {relative path: {sha256, size, mtime_ns}}) for every file but the manifest."""
     files: dict[str, dict] = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
         if p.is_file() and rel != MANIFEST:
-            files[rel] = {"sha256": file_sha256(p), "size": p.stat().st_size}
+            files[rel] = local_meta(p)
     digest = hashlib.sha256(_canonical({k: v["sha256"] for k, v in files.items()}).encode()).hexdigest()
     return digest[:16], files
+
+
+def _check(data: dict) -> None:
+    for key, kind in _REQUIRED.items():
+        if not isinstance(data.get(key), kind):
+            raise ManifestDamaged(f"{key!r} is missing or not a {kind.__name__}")
+    if not all(isinstance(h, (str, type(None))) for h in data["inputs"].values()):
+        raise ManifestDamaged("'inputs' must map stages to output hashes")
+    if not isinstance(data.get("external", {}), dict):
+        raise ManifestDamaged("'external' is not an object")
+    for rel, meta in {**data["outputs"], **data.get("external", {})}.items():
+        if not isinstance(meta, dict):
+            raise ManifestDamaged(f"the record of {rel!r} is not an object")
+    for rel, meta in data["outputs"].items():
+        if not isinstance(meta.get("size"), int) or not isinstance(meta.get("sha256"), str):
+            raise ManifestDamaged(f"output {rel!r} has no size and sha256")
+        try:
+            safe_join(".", rel)
+        except StorageError:
+            raise ManifestDamaged(f"output path {rel!r} leaves the stage's folder") from None
 
 
 @dataclass
@@ -70,20 +102,25 @@ class Manifest:
     inputs: dict[str, str | None]  # input stage -> its output hash when read (None: absent)
     output_hash: str = ""
     outputs: dict[str, dict] = field(default_factory=dict)
+    external: dict[str, dict] = field(default_factory=dict)  # a file read from outside the run dir -> fingerprint
     metrics: dict[str, float] = field(default_factory=dict)
     seed: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
     duration_s: float = 0.0
     mlflow_run_id: str | None = None
-    version: int = 1
+    version: int = 2
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True, default=str)
 
     @classmethod
-    def from_json(cls, text: str) -> "Manifest":
-        data = json.loads(text)
+    def from_json(cls, text: str | bytes) -> "Manifest":
+        try:
+            data = parse_object(text)
+        except ValueError as err:
+            raise ManifestDamaged(str(err)) from None
+        _check(data)
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 

@@ -46,7 +46,11 @@ def failed_gates(rundir, stages: list[str]) -> list[str]:
         uri = storage.join(rundir.stage_uri(name), "_manifest.json")
         if not storage.exists(uri):
             continue
-        gates = json.loads(storage.read_text(uri)).get("gates")
+        try:
+            recorded = json.loads(storage.read_bytes(uri))
+        except (ValueError, UnicodeDecodeError):
+            continue  # a damaged manifest is no published output (RunDir.manifest warns about it)
+        gates = recorded.get("gates") if isinstance(recorded, dict) else None
         if isinstance(gates, dict) and gates.get("passed") is False:
             failed.append(name)
     return failed
@@ -74,12 +78,10 @@ def _describe(version) -> dict:
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict:
-    from mlflow.tracking import MlflowClient
-
     from parathink.stages.rundir import RunDir
-    from parathink.tracking import registry
-    from parathink.tracking.curriculum import registered_name
     from parathink.quality import GateFailed
+    from parathink.tracking import reachable, registry
+    from parathink.tracking.curriculum import registered_name
 
     results = json.loads((ctx.input("eval") / "results.json").read_text(encoding="utf-8"))
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
@@ -91,7 +93,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict:
     parent = rundir.read_run().get("mlflow", {}).get("parent_run_id")
     if not parent:
         raise ConfigError(f"promote: {rundir.root}/run.json names no MLflow run (was the run tracked with MLflow?)")
-    client = MlflowClient(tracking_uri=str(cfg.tracking.uri))
+    client = reachable.client(str(cfg.tracking.uri))
     name = registered_name(cfg)
     candidate = best_version_of_run(client, name, parent, results, metric)
     if candidate is None:

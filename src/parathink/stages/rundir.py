@@ -4,14 +4,20 @@ Layout (``<root>`` is ``run_dir``)::
 
     <root>/run.json                 the run: experiment, MLflow parent run id, per-stage status
     <root>/<stage>/...              a stage's published outputs, ending with _manifest.json
+    <root>/.locks/<stage>.lock      held while a process runs the stage (parathink.stages.lock)
     <local>/.work/<stage>/          the stage's persistent scratch (checkpoints: a killed stage resumes)
     <local>/.tmp/<stage>/           where ``run`` writes before the output is published
 
 ``<local>`` is ``<root>`` for a local run directory and a cache folder for an S3 one (scratch and temp
 space must be local disk; inputs are downloaded there on demand). Publishing is atomic: locally, the
-finished temp folder (manifest included) is renamed into place; on S3, every file is uploaded, then the
-manifest last, after the old manifest was deleted first, so a reader that trusts manifests never sees a
-partial output as complete.
+finished temp folder (manifest included) is renamed into place; on S3, the old manifest is deleted first, then
+every file is uploaded, then the manifest last, recording each object's ETag, so a reader that trusts manifests
+never sees a partial output as complete.
+
+What a manifest says is checked, not trusted (docs/reliability.md): ``damaged_files`` compares the published
+files with it (size and mtime locally, rehashing a file whose mtime moved; the ETag on S3), ``stale_reason``
+follows a stage's recorded inputs through the whole chain, and a manifest that cannot be read counts as no
+output, with a warning naming the file.
 """
 
 from __future__ import annotations
@@ -20,15 +26,31 @@ import hashlib
 import json
 import os
 import shutil
-import time
+import sys
+import uuid
 from pathlib import Path
+from typing import Callable
 
-from parathink import storage
-from parathink.stages.manifest import MANIFEST, Manifest
+from parathink import provenance, storage
+from parathink.errors import Unavailable
+from parathink.jsonl import parse_object
+from parathink.stages.context import StageInputStale
+from parathink.stages.lock import LOCKS, StageLock
+from parathink.stages.manifest import MANIFEST, Manifest, ManifestDamaged
+from parathink.storage import digest
+
+
+def warn(msg: str) -> None:
+    print(f"[parathink] warning: {msg}", file=sys.stderr, flush=True)
 
 
 class RunDir:
     def __init__(self, root: str, cache_dir: str | Path | None = None, process_rank: int = 0):
+        root = str(root)
+        try:
+            storage.check_uri(root)
+        except storage.StorageError as err:
+            raise storage.StorageError(f"run_dir: {err}") from None
         self.root = root.rstrip("/") if storage.is_s3(root) else str(Path(root).resolve())
         if storage.is_s3(root):
             tag = hashlib.sha256(self.root.encode()).hexdigest()[:12]
@@ -36,14 +58,33 @@ class RunDir:
             self.local = (base / tag).resolve()
         else:
             self.local = Path(self.root)
-        self.local.mkdir(parents=True, exist_ok=True)
+        try:
+            self.local.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            where = "run_dir" if not self.remote else "cache_dir (the S3 run's local scratch)"
+            raise storage.StorageError(f"{where}: cannot use {self.local} as a folder "
+                                       f"({err.strerror or err})") from None
         # The processes of one multi-process launch download an S3 input each into its own folder: no two
         # ever write or replace the same files.
         self.inputs = self.local / ("inputs" if process_rank == 0 else f"inputs.rank{process_rank}")
+        self._warned: set[str] = set()
 
     @property
     def remote(self) -> bool:
         return storage.is_s3(self.root)
+
+    def probe(self) -> None:
+        """Fail now, in one line, when the run directory cannot be written (a read-only folder, no such bucket)."""
+        if self.remote:
+            storage.exists(storage.join(self.root, "run.json"))  # raises naming the bucket when it is missing
+            return
+        try:
+            (self.local / LOCKS).mkdir(exist_ok=True)
+            probe = self.local / LOCKS / f".probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            raise storage.StorageError(f"run_dir: {self.root} is not writable ({err.strerror or err})") from None
 
     # ------------------------------------------------------------ paths
     def stage_uri(self, stage: str) -> str:
@@ -61,24 +102,73 @@ class RunDir:
         path.mkdir(parents=True)
         return path
 
+    def lock(self, stage: str) -> StageLock:
+        return StageLock(self.root, stage)
+
     # ------------------------------------------------------------ manifests
+    def _damaged(self, where: str, why: str) -> None:
+        if where not in self._warned:
+            self._warned.add(where)
+            warn(f"{where} is damaged ({why}); counted as not published, the stage runs again")
+
     def manifest(self, stage: str) -> Manifest | None:
+        """The stage's published manifest; None when there is none, or when it cannot be read as one."""
         uri = storage.join(self.stage_uri(stage), MANIFEST)
         if not storage.exists(uri):
             return None
-        return Manifest.from_json(storage.read_text(uri))
+        try:
+            return Manifest.from_json(storage.read_bytes(uri))
+        except ManifestDamaged as err:
+            self._damaged(uri, str(err))
+            return None
 
     def output_hash(self, stage: str) -> str | None:
         m = self.manifest(stage)
         return m.output_hash if m else None
 
-    def outputs_intact(self, m: Manifest) -> bool:
-        """Every file the manifest lists is present with its size (cheap; hashes are checked on demand)."""
-        if self.remote:
-            return set(m.outputs) <= set(storage.list_files(self.stage_uri(m.stage)))
-        root = Path(self.stage_uri(m.stage))
-        return all((root / rel).is_file() and (root / rel).stat().st_size == meta["size"]
-                   for rel, meta in m.outputs.items())
+    def damaged_files(self, m: Manifest) -> list[str]:
+        """The files the manifest lists that are missing or whose content is not what was published."""
+        return digest.changed(self.stage_uri(m.stage), m.outputs)
+
+    def stale_reason(self, stage: str, _seen: dict | None = None) -> str | None:
+        """Why ``stage``'s published output is out of date with its inputs, through the whole chain; None if not.
+
+        An input stage counts as changed when its current output hash differs from the one recorded, or when it is
+        itself out of date; a file read from outside the run directory, when its fingerprint differs.
+        """
+        seen = {} if _seen is None else _seen
+        if stage in seen:
+            return seen[stage]
+        seen[stage] = None  # a cycle (a corrupt record) ends here
+        m = self.manifest(stage)
+        why = None
+        if m is not None:
+            for inp, recorded in m.inputs.items():
+                if self.output_hash(inp) != recorded:
+                    why = f"its input {inp!r} was republished since it ran"
+                elif (deeper := self.stale_reason(inp, seen)) is not None:
+                    why = f"its input {inp!r} is out of date: {deeper}"
+                if why:
+                    break
+            changed = None if why else provenance.changed(m.external)
+            if changed:
+                why = f"its input file {changed} changed since it ran"
+        seen[stage] = why
+        return why
+
+    def check_input(self, stage: str) -> None:
+        """Raise StageInputStale when ``stage``'s published output may not be consumed (altered or out of date)."""
+        m = self.manifest(stage)
+        if m is None:
+            return  # absent: the caller reports it (StageInputMissing)
+        bad = self.damaged_files(m)
+        if bad:
+            raise StageInputStale(f"the published output of {stage!r} ({self.stage_uri(stage)}) was altered after "
+                                  f"it was published: {', '.join(bad[:3])}; run `parathink stage {stage}` again")
+        why = self.stale_reason(stage)
+        if why:
+            raise StageInputStale(f"the output of {stage!r} is out of date ({why}); run `parathink stage {stage}` "
+                                  f"first")
 
     # ------------------------------------------------------------ inputs
     def resolve_input(self, stage: str) -> Path:
@@ -89,36 +179,94 @@ class RunDir:
         m = self.manifest(stage)
         if m is None:
             return dest / "__absent__"
-        cached = dest / MANIFEST
-        if not (cached.exists() and Manifest.from_json(cached.read_text()).output_hash == m.output_hash):
-            part = dest.with_name(dest.name + ".part")
-            shutil.rmtree(part, ignore_errors=True)
-            storage.download_dir(self.stage_uri(stage), part)
-            shutil.rmtree(dest, ignore_errors=True)
-            os.replace(part, dest)
+        if _cached_hash(dest) != m.output_hash:
+            self._download(stage, m, dest)
         return dest
+
+    def _download(self, stage: str, m: Manifest, dest: Path) -> None:
+        """Download into a folder of this process's own, check every byte against the manifest, then swap it in:
+        concurrent readers never share a temp folder, and a file replaced mid-download is never used."""
+        part = dest.with_name(f"{dest.name}.part-{uuid.uuid4().hex[:8]}")
+        try:
+            storage.download_dir(self.stage_uri(stage), part)
+            wrong = [rel for rel, meta in m.outputs.items()
+                     if not (part / rel).is_file() or digest.file_sha256(part / rel) != meta["sha256"]]
+            if wrong or _cached_hash(part) != m.output_hash:
+                raise Unavailable(f"{self.stage_uri(stage)}: its files changed while they were downloaded "
+                                  f"({', '.join(wrong[:3]) or MANIFEST}); a retry reads them again")
+            trash = dest.with_name(f"{dest.name}.old-{uuid.uuid4().hex[:8]}")
+            if dest.exists():
+                os.replace(dest, trash)
+            try:
+                os.replace(part, dest)
+            except OSError:  # another process installed the same output first
+                pass
+            shutil.rmtree(trash, ignore_errors=True)
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
 
     # ------------------------------------------------------------ publish
     def publish(self, stage: str, tmp: Path, manifest: Manifest) -> Path:
         """Publish ``tmp`` as ``stage``'s output; returns a local folder holding the published files."""
-        (tmp / MANIFEST).write_text(manifest.to_json())
         if self.remote:
-            uri = self.stage_uri(stage)
-            storage.remove_tree(uri)  # the old manifest goes first: the old output stops counting
-            storage.upload_dir(tmp, uri, last=(MANIFEST,))
-            return tmp  # the caller logs from it, then discards it
+            return self._publish_s3(stage, tmp, manifest)
+        (tmp / MANIFEST).write_text(manifest.to_json())
         final = Path(self.stage_uri(stage))
-        trash = self.local / ".tmp" / f"{stage}.old-{time.time_ns()}"
+        trash = self.local / ".tmp" / f"{stage}.old-{uuid.uuid4().hex[:8]}"
         if final.exists():
             os.replace(final, trash)
         os.replace(tmp, final)
         shutil.rmtree(trash, ignore_errors=True)
         return final
 
+    def _publish_s3(self, stage: str, tmp: Path, manifest: Manifest) -> Path:
+        uri = self.stage_uri(stage)
+        storage.remove_file(storage.join(uri, MANIFEST))  # the old manifest first: the old output stops counting
+        storage.remove_tree(uri)
+        storage.upload_dir(tmp, uri, skip=(MANIFEST,))
+        stored = storage.stat_files(uri)
+        for rel, meta in manifest.outputs.items():
+            if stored.get(rel, {}).get("size") != meta["size"]:
+                raise Unavailable(f"{storage.join(uri, rel)}: changed while it was published; a retry publishes again")
+            meta.pop("mtime_ns", None)  # the temp copy's; S3's own checksum stands for the bytes from now on
+            meta["etag"] = stored[rel]["etag"]
+        (tmp / MANIFEST).write_text(manifest.to_json())
+        storage.write_bytes(storage.join(uri, MANIFEST), (tmp / MANIFEST).read_bytes())
+        return tmp  # the caller logs from it, then discards it
+
     # ------------------------------------------------------------ run.json
     def read_run(self) -> dict:
         uri = storage.join(self.root, "run.json")
-        return json.loads(storage.read_text(uri)) if storage.exists(uri) else {}
+        if not storage.exists(uri):
+            return {}
+        try:
+            return parse_object(storage.read_bytes(uri))
+        except ValueError as err:
+            if uri not in self._warned:
+                self._warned.add(uri)
+                warn(f"{uri} is damaged ({err}); started afresh")
+            return {}
 
     def write_run(self, data: dict) -> None:
         storage.write_text(storage.join(self.root, "run.json"), json.dumps(data, indent=1, sort_keys=True))
+
+    def update_run(self, change: Callable[[dict], None]) -> dict:
+        """Read run.json, apply ``change``, write it back, all under the run's lock: processes running other
+        stages of the same run at the same time each keep their own updates."""
+        lock = StageLock(self.root, "_run", label="run.json")
+        lock.acquire(wait_s=120)
+        try:
+            meta = self.read_run()
+            change(meta)
+            self.write_run(meta)
+        finally:
+            lock.release()
+        return meta
+
+
+def _cached_hash(folder: Path) -> str | None:
+    """The output hash of the manifest in a downloaded folder; None when absent or damaged."""
+    try:
+        return Manifest.from_json((folder / MANIFEST).read_bytes()).output_hash
+    except (OSError, ManifestDamaged):
+        return None

@@ -32,8 +32,11 @@ from types import ModuleType
 
 from omegaconf import DictConfig, OmegaConf
 
-from parathink import distributed, memory
+from parathink import distributed, memory, provenance, storage
 from parathink.config import compose, config_dir  # noqa: F401  (config_dir: re-exported for callers)
+from parathink.errors import ParathinkError
+from parathink.jsonl import load_record
+from parathink.redact import redact_text
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
 from parathink.stages.manifest import DEFAULT_SHARED_KEYS, Manifest, config_hash, stage_config
 from parathink.stages.rundir import RunDir
@@ -70,10 +73,27 @@ def stage_module(cfg: DictConfig, name: str) -> ModuleType:
     return module
 
 
+TRACKING_BACKENDS = ("mlflow", "jsonl", "none")
+
+
+def _validate_run(cfg: DictConfig) -> None:
+    """The keys every run reads: where it goes, its seed, how it is tracked."""
+    run_dir = cfg.get("run_dir")
+    if run_dir is None or not str(run_dir).strip():
+        raise ConfigError(f"run_dir: must be a local path or an s3:// URI, got {run_dir!r}")
+    try:
+        storage.check_uri(str(run_dir))
+    except storage.StorageError as err:
+        raise ConfigError(f"run_dir: {err}") from None
+    if not isinstance(cfg.get("seed"), int) or isinstance(cfg.seed, bool):
+        raise ConfigError(f"seed: must be an integer, got {cfg.get('seed')!r}")
+    if "tracking" in cfg and str(cfg.tracking.backend) not in TRACKING_BACKENDS:
+        raise ConfigError(f"tracking.backend: {cfg.tracking.backend!r} is not one of {', '.join(TRACKING_BACKENDS)}")
+
+
 def validate(cfg: DictConfig, names: list[str]) -> dict[str, ModuleType]:
     """Everything that can be checked before the first stage starts; returns the imported modules."""
-    if not cfg.get("run_dir"):
-        raise ConfigError("run_dir: must be a local path or an s3:// URI")
+    _validate_run(cfg)
     try:
         distributed.world_size()
     except ValueError as err:
@@ -99,18 +119,29 @@ def _shared_keys(module: ModuleType) -> tuple[str, ...]:
 
 
 def is_up_to_date(rundir: RunDir, name: str, chash: str) -> tuple[bool, str]:
-    """(skip?, why) for stage ``name`` whose current config hash is ``chash``."""
+    """(skip?, why) for stage ``name`` whose current config hash is ``chash``: its manifest, its inputs through the
+    whole chain (``RunDir.stale_reason``) and its published bytes (``RunDir.damaged_files``) must all still hold."""
     m = rundir.manifest(name)
     if m is None:
         return False, "no published output"
     if m.config_hash != chash:
         return False, "config changed"
-    for inp, recorded in m.inputs.items():
-        if rundir.output_hash(inp) != recorded:
-            return False, f"input {inp!r} changed"
-    if not rundir.outputs_intact(m):
+    why = rundir.stale_reason(name)
+    if why:
+        return False, why
+    bad = rundir.damaged_files(m)
+    if bad:
+        log(f"{name}: {', '.join(bad[:5])} no longer what was published")
         return False, "published files missing or altered"
     return True, "up to date"
+
+
+def _read_attempt(path: Path) -> dict:
+    """What the interrupted attempt's scratch was made from; a damaged record discards the scratch."""
+    attempt = load_record(path, "its scratch is discarded")
+    if attempt is None or not isinstance(attempt.get("inputs", {}), dict):
+        return {"config_hash": None} if path.exists() else {}
+    return attempt
 
 
 def _prepare_work_dir(rundir: RunDir, name: str, chash: str) -> tuple[Path, dict]:
@@ -121,7 +152,7 @@ def _prepare_work_dir(rundir: RunDir, name: str, chash: str) -> tuple[Path, dict
     """
     work = rundir.work_dir(name)
     attempt_file = work / ATTEMPT
-    attempt = json.loads(attempt_file.read_text()) if attempt_file.exists() else {}
+    attempt = _read_attempt(attempt_file)
     stale = [inp for inp, h in attempt.get("inputs", {}).items() if rundir.output_hash(inp) != h]
     if attempt and (attempt.get("config_hash") != chash or stale):
         why = "config changed" if attempt.get("config_hash") != chash else f"input {stale[0]!r} changed"
@@ -156,26 +187,40 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
               procs: distributed.Group | None = None) -> dict:
     """Run (or skip) one stage; returns its manifest as a dict.
 
-    Under a multi-process launch (``procs.size`` > 1) rank 0 decides, tracks and publishes; a stage whose module
-    says ``DATA_PARALLEL = True`` runs on every process (each writes its outputs only on rank 0), any other
-    runs on rank 0 while the rest wait.
+    Rank 0 holds the stage's lock (``parathink.stages.lock``) from the up-to-date check to the publish, so no other
+    process runs or publishes this stage meanwhile. Under a multi-process launch (``procs.size`` > 1) rank 0
+    decides, tracks and publishes; a stage whose module says ``DATA_PARALLEL = True`` runs on every process (each
+    writes its outputs only on rank 0), any other runs on rank 0 while the rest wait.
     """
     procs = procs or distributed.Group()
     section = stage_config(cfg, name, _shared_keys(module))
     chash = config_hash(section)
+    if not procs.is_main:
+        return _follow_stage(cfg, name, module, rundir, procs)
+    with rundir.lock(name) as lock:
+        return _lead_stage(cfg, name, module, rundir, tracking, procs, section, chash, lock)
+
+
+def _follow_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, procs: distributed.Group) -> dict:
+    """A rank other than 0: rank 0's decision, then the stage's work if it is data-parallel."""
+    skip, _ = procs.broadcast(None)
+    if skip and name not in list(cfg.get("force", [])):
+        return {"stage": name, "status": "skipped"}
+    procs.barrier()  # rank 0 prepares the scratch (it may discard a stale one)
+    if getattr(module, "DATA_PARALLEL", False):
+        _run_on_other_rank(cfg, name, module, rundir, procs.rank)
+    procs.barrier()  # rank 0 publishes
+    return {"stage": name, "status": "ran"}
+
+
+def _lead_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tracking,
+                procs: distributed.Group, section: dict, chash: str, lock) -> dict:
     forced = name in list(cfg.get("force", []))
-    skip, why = procs.broadcast(is_up_to_date(rundir, name, chash) if procs.is_main else None)
+    skip, why = procs.broadcast(is_up_to_date(rundir, name, chash))
     if skip and not forced:
-        if procs.is_main:
-            log(f"{name}: skipped ({why})")
+        log(f"{name}: skipped ({why})")
         return {"stage": name, "status": "skipped", **json.loads(rundir.manifest(name).to_json())}
     on_every_rank = bool(getattr(module, "DATA_PARALLEL", False))
-    if not procs.is_main:
-        procs.barrier()  # rank 0 prepares the scratch (it may discard a stale one)
-        if on_every_rank:
-            _run_on_other_rank(cfg, name, module, rundir, procs.rank)
-        procs.barrier()  # rank 0 publishes
-        return {"stage": name, "status": "ran"}
     work, attempt = _prepare_work_dir(rundir, name, chash)
     procs.barrier()
     resumed = attempt["attempts"] > 1
@@ -186,6 +231,7 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
     inputs: dict[str, str | None] = {}
 
     def resolve(stage: str) -> Path:
+        rundir.check_input(stage)  # altered after publishing, or made from replaced inputs: never consumed
         inputs[stage] = rundir.output_hash(stage)  # recorded even when absent: its arrival triggers a rerun
         attempt["inputs"] = dict(inputs)  # what this attempt's scratch was made from
         (work / ATTEMPT).write_text(json.dumps(attempt))
@@ -199,15 +245,17 @@ def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tr
                        resolve_input=resolve)
     per_stage = memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
     try:
-        metrics = _call(module, cfg, ctx)
+        with provenance.recording() as external:
+            metrics = _call(module, cfg, ctx)
         # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
         metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
+        manifest.inputs, manifest.external = dict(inputs), dict(external)
+        manifest.finish(tmp, metrics)
+        lock.check()  # a lease lost while the stage ran (taken over, broken): another process owns the output now
+        published = rundir.publish(name, tmp, manifest)
     except BaseException:
         tracking.stage_failed(name, tracker)
         raise
-    manifest.inputs = dict(inputs)
-    manifest.finish(tmp, metrics)
-    published = rundir.publish(name, tmp, manifest)
     tracking.stage_done(name, tracker, manifest, published)
     if published == tmp:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -253,31 +301,41 @@ def quiet_progress_under_ci() -> None:
 
 
 def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
-    """Validate everything, then run ``names`` in order in ``cfg.run_dir``; returns each stage's record."""
+    """Validate everything, then run ``names`` in order in ``cfg.run_dir``; returns each stage's record.
+
+    Nothing is created before the config is valid, the tracking server answers and the run directory can be
+    written: a bad value leaves no folder and no FAILED run in MLflow.
+    """
     from parathink.tracking.curriculum import CurriculumTracking
 
     quiet_progress_under_ci()
     modules = validate(cfg, names)
     names = [n for n in names if cfg[n].get("enabled", True)]
     procs = distributed.group()  # one process: the identity; under torchrun: joins the processes here
+    if procs.is_main:
+        CurriculumTracking.check_reachable(cfg)
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"), process_rank=procs.rank)
     if not procs.is_main:  # rank 0 alone writes run.json and tracks
         records = {name: run_stage(cfg, name, modules[name], rundir, CurriculumTracking(cfg), procs) for name in names}
         distributed.finish()
         return records
-    meta = rundir.read_run()
-    meta.setdefault("experiment", str(cfg.experiment_name))
-    meta.setdefault("created", time.time())
-    tracking = CurriculumTracking.from_config(cfg, rundir, meta)
-    rundir.write_run(meta)
+    rundir.probe()
+    started: dict = {}
+
+    def start(meta: dict) -> None:  # under the run's lock: one MLflow parent run however many processes start
+        meta.setdefault("experiment", str(cfg.experiment_name))
+        meta.setdefault("created", time.time())
+        started["tracking"] = CurriculumTracking.from_config(cfg, rundir, meta)
+
+    rundir.update_run(start)
+    tracking = started["tracking"]
     records: dict[str, dict] = {}
     status = "FAILED"
     try:
         for name in names:
             records[name] = run_stage(cfg, name, modules[name], rundir, tracking, procs)
-            meta.setdefault("stages", {})[name] = {
-                k: records[name].get(k) for k in ("status", "output_hash", "duration_s", "mlflow_run_id")}
-            rundir.write_run(meta)
+            entry = {k: records[name].get(k) for k in ("status", "output_hash", "duration_s", "mlflow_run_id")}
+            rundir.update_run(lambda meta: meta.setdefault("stages", {}).__setitem__(name, entry))
         status = "FINISHED"
     finally:
         tracking.run_finished(rundir, status=status)
@@ -297,26 +355,30 @@ def _exit_code(fn) -> int:
     try:
         fn()
         return EXIT_OK
-    except (ConfigError, StageInputMissing) as err:
-        print(f"parathink: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("parathink: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
-        if type(err).__name__ == "GateFailed":  # parathink.quality.GateFailed, matched without importing GE
-            print(f"parathink: quality gate failed: {err}", file=sys.stderr)
-            return EXIT_GATE
-        if type(err).__name__ == "TeacherUnavailable":  # retries exhausted; what was generated is kept
-            print(f"parathink: error: {err}", file=sys.stderr)
+        code = _code_of(err)
+        if code is None:
+            traceback.print_exc()
             return EXIT_ERROR
-        from parathink.storage import StorageError
+        what = "quality gate failed" if code == EXIT_GATE else "error"
+        print(f"parathink: {what}: {redact_text(' '.join(str(err).split()))}", file=sys.stderr)
+        return code
 
-        if isinstance(err, (StorageError, FileNotFoundError)):
-            print(f"parathink: error: {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        traceback.print_exc()
+
+def _code_of(err: Exception) -> int | None:
+    """The exit code of an error the user can act on (one line, no traceback); None for a bug."""
+    if type(err).__name__ == "GateFailed":  # parathink.quality.GateFailed, matched without importing GE
+        return EXIT_GATE
+    if isinstance(err, (ParathinkError, StageInputMissing)):
+        return int(type(err).exit_code)
+    if type(err).__name__ == "TeacherUnavailable":  # retries exhausted; what was generated is kept
         return EXIT_ERROR
+    if isinstance(err, FileNotFoundError):  # a path the config names (a model source, a file) does not exist
+        return EXIT_BAD_INPUT
+    return None
 
 
 def main_run(overrides: list[str]) -> int:
@@ -355,7 +417,7 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
         "cluster": {"name": str(cfg.cluster.name), "accelerator": str(cfg.cluster.accelerator),
                     "runs_root": str(cfg.cluster.runs_root)},
         "placement": {n: p.to_dict() for n, p in placements.items()},
-        "tracking": {k: (str(t.get(k)) if t.get(k) is not None else None)
+        "tracking": {k: (redact_text(str(t.get(k))) if t.get(k) is not None else None)
                      for k in ("backend", "uri", "experiment", "registered_model")},
     }
 
@@ -364,8 +426,6 @@ def main_plan(overrides: list[str]) -> int:
     """``parathink plan [overrides]``: validate the config and print the run's placement as one JSON object."""
     def go():
         cfg = compose(overrides)
-        if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
-            raise ConfigError(f"seed: must be an integer, got {cfg.seed!r}")
         print(json.dumps(plan_document(cfg, [str(s) for s in cfg.stages]), indent=1))
     return _guard(go)
 
@@ -407,7 +467,7 @@ def main_demo(argv: list[str]) -> int:
     if cfg.tracking.backend == "mlflow":
         mlflow_bin = Path(sys.executable).with_name("mlflow")
         print(f"MLflow UI:  {mlflow_bin if mlflow_bin.exists() else 'mlflow'} ui --backend-store-uri "
-              f"{cfg.tracking.uri} --port 5000   (run it here, then open http://127.0.0.1:5000; experiment "
+              f"{redact_text(str(cfg.tracking.uri))} --port 5000   (run it here, then open http://127.0.0.1:5000; experiment "
               f"{cfg.tracking.experiment}, registered model {cfg.tracking.registered_model})")
     return EXIT_OK
 

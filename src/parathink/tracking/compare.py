@@ -13,17 +13,35 @@ import sys
 import tempfile
 
 from parathink import storage
+from parathink.errors import BadInput
+from parathink.jsonl import parse_object
+
+
+def checked(text: str | bytes, where: str) -> dict:
+    """A results.json's content, or BadInput naming the file when it is not one (nothing printed before)."""
+    try:
+        data = parse_object(text)
+    except ValueError as err:
+        raise BadInput(f"{where}: {err}") from None
+    if not isinstance(data.get("stages"), dict):
+        raise BadInput(f"{where}: not a results.json (no 'stages' object)")
+    for stage, sets in data["stages"].items():
+        if not isinstance(sets, dict) or not all(isinstance(row, dict) for row in sets.values()):
+            raise BadInput(f"{where}: stages.{stage} is not an object of result rows")
+    return data
 
 
 def _from_mlflow(run_id: str, tracking_uri: str) -> dict:
-    from mlflow.tracking import MlflowClient
+    from mlflow.exceptions import MlflowException
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    from parathink.tracking.reachable import client
+
+    mlflow = client(tracking_uri)  # an unreachable server is said so, not reported as a missing artifact
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            with open(client.download_artifacts(run_id, "results.json", tmp)) as f:
-                return json.load(f)
-    except Exception as err:
+            path = mlflow.download_artifacts(run_id, "results.json", tmp)
+            return checked(open(path, "rb").read(), f"MLflow run {run_id}: results.json")
+    except (MlflowException, OSError) as err:
         raise FileNotFoundError(f"MLflow run {run_id}: no results.json artifact ({type(err).__name__})") from err
 
 
@@ -33,7 +51,7 @@ def load_results(ref: str, tracking_uri: str | None) -> dict:
         return _from_mlflow(ref.split(":", 1)[1].strip("/"), tracking_uri or "")
     for uri in (storage.join(ref, "eval", "results.json"), storage.join(ref, "results.json")):
         if storage.exists(uri) and not storage.list_files(uri):  # a file, not a folder
-            return json.loads(storage.read_text(uri))
+            return checked(storage.read_bytes(uri), uri)
     if tracking_uri and len(ref) == 32 and all(c in "0123456789abcdef" for c in ref):
         return _from_mlflow(ref, tracking_uri)
     raise FileNotFoundError(f"{ref}: no eval/results.json there (give a run directory or an MLflow run id)")
@@ -56,8 +74,9 @@ def main_compare(argv: list[str]) -> int:
 
             uri = str(compose([]).tracking.uri)
         a, b = load_results(args.run_a, uri), load_results(args.run_b, uri)
+        table = format_compare(a, b)  # whole before anything is printed
         print(f"A = {args.run_a}\nB = {args.run_b}\n")
-        print(format_compare(a, b))
+        print(table)
     return _guard(go)
 
 

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from parathink.jsonl import load_record
+from parathink.redact import recorded_config, redact_text
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
 
 TRACKING_FILE = "_tracking.json"  # in a stage's work_dir: its nested MLflow run id
 MODEL_STAGES = ("base", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
+
+
+def _recorded_run_id(file: Path) -> str | None:
+    """The nested run id a killed attempt left (None when there is none or the file is damaged)."""
+    data = load_record(file, "the stage gets a new MLflow run")
+    return data.get("run_id") if data else None
 
 
 def registered_name(cfg: DictConfig) -> str:
@@ -27,6 +35,14 @@ class CurriculumTracking:
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
+
+    @staticmethod
+    def check_reachable(cfg: DictConfig) -> None:
+        """Raise (one line) when the configured store cannot be used; before the run creates anything."""
+        if "tracking" in cfg and str(cfg.tracking.backend) == "mlflow":
+            from parathink.tracking.reachable import ensure_reachable
+
+            ensure_reachable(str(cfg.tracking.uri))
 
     @staticmethod
     def from_config(cfg: DictConfig, rundir, meta: dict) -> "CurriculumTracking":
@@ -73,19 +89,19 @@ class MlflowCurriculumTracking(CurriculumTracking):
         self.session = MlflowSession(str(t.uri), str(t.get("experiment") or f"parathink-{cfg.experiment_name}"),
                                      t.get("artifact_location"))
         self.model_name = registered_name(cfg)
-        previous = meta.get("mlflow", {})
-        parent_id = previous.get("parent_run_id") if previous.get("uri") == str(t.uri) else None
+        previous = meta.get("mlflow") if isinstance(meta.get("mlflow"), dict) else {}
+        uri = redact_text(str(t.uri))  # what run.json may record of it
+        parent_id = previous.get("parent_run_id") if previous.get("uri") == uri else None
         self.parent = self.session.open_run(parent_id, f"{cfg.experiment_name}:{Path(str(rundir.root)).name}",
-                                            tags={"parathink.run_dir": str(rundir.root)})
+                                            tags={"parathink.run_dir": redact_text(str(rundir.root))})
         if self.parent.run_id != parent_id:
-            self.parent.log_params(OmegaConf.to_container(cfg, resolve=True))
-        meta["mlflow"] = {"uri": str(t.uri), "parent_run_id": self.parent.run_id,
-                          "experiment_id": self.session.experiment_id}
+            self.parent.log_params(recorded_config(cfg))
+        meta["mlflow"] = {"uri": uri, "parent_run_id": self.parent.run_id, "experiment_id": self.session.experiment_id}
 
     # ------------------------------------------------------------ stages
     def stage_tracker(self, name: str, work_dir: Path, section: dict) -> Tracker:
         file = work_dir / TRACKING_FILE
-        run_id = json.loads(file.read_text()).get("run_id") if file.exists() else None
+        run_id = _recorded_run_id(file)
         tracker = self.session.open_run(run_id, name, parent_id=self.parent.run_id,
                                         tags={"parathink.stage": name})
         file.write_text(json.dumps({"run_id": tracker.run_id}))

@@ -89,8 +89,10 @@ def version_or_none(client, name: str, ref: str):
         if str(ref).isdigit():
             return client.get_model_version(name, str(ref))
         return client.get_model_version_by_alias(name, str(ref))
-    except MlflowException:
-        return None
+    except MlflowException as err:
+        if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise  # a server that failed to answer is not a missing model
 
 
 def promote(client, name: str, candidate_ref: str, metric: str, margin: float) -> tuple[bool, str]:
@@ -118,14 +120,15 @@ def main_promote(argv: list[str]) -> int:
     from parathink.stages.runner import _guard, compose
 
     def go():
-        from mlflow.tracking import MlflowClient
+        from parathink.stages.promote import validate
+        from parathink.tracking.curriculum import registered_name
+        from parathink.tracking.reachable import client
 
         cfg = compose(list(argv))
+        validate(cfg)  # the metric and margin, one line each when bad
         p = cfg.tracking.promote
-        client = MlflowClient(tracking_uri=str(cfg.tracking.uri))
-        from parathink.tracking.curriculum import registered_name
-
-        promoted, why = promote(client, registered_name(cfg), str(p.candidate), str(p.metric), float(p.margin))
+        promoted, why = promote(client(str(cfg.tracking.uri)), registered_name(cfg), str(p.candidate),
+                                str(p.metric), float(p.margin))
         print(why)
     return _guard(go)
 
