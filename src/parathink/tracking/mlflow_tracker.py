@@ -17,6 +17,11 @@ from typing import Any, Mapping
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
 _MAX_PARAM = 6000  # MLflow's limit on a param value's length
 _BATCH = 900  # log_batch takes at most 1000 metrics / 100 params per call
+# MLflow 3 sorts experiments into GenAI apps and model training; this tag declares ours model training (runs,
+# metrics, charts), as the experiment-type selector of MLflow's UI records it. MLflow 3.17's UI still opens the view
+# the browser last used unless the link says ?workflowType=machine_learning (docs/airflow.md).
+KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = {KIND_TAG: "custom_model_development"}
 
 
 def clean_key(key: str) -> str:
@@ -95,9 +100,12 @@ class MlflowSession:
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(experiment)
         if exp is None:
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_location)
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_location,
+                                                               tags=EXPERIMENT_KIND)
         else:
             self.experiment_id = exp.experiment_id
+            if exp.tags.get(KIND_TAG) is None:  # made before parathink tagged its experiments
+                self.client.set_experiment_tag(self.experiment_id, KIND_TAG, EXPERIMENT_KIND[KIND_TAG])
 
     def _alive(self, run_id: str | None) -> bool:
         if not run_id:
