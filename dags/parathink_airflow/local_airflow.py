@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,8 +218,23 @@ def _print_urls(args: argparse.Namespace, home: Home) -> None:
           f"(kept in {home.passwords})")
     print("         DAGs: parathink_curriculum (Trigger opens the form), parathink_nightly (paused until you "
           "switch it on)")
-    print(f"MLflow   http://127.0.0.1:{args.mlflow_port}   the runs' store: {args.tracking_uri}")
+    print(f"MLflow   {mlflow_link(f'http://127.0.0.1:{args.mlflow_port}')}   the runs' store: {args.tracking_uri}")
     print(f"Logs     {home.path / 'logs'}    stop: make airflow-stop")
+
+
+def mlflow_link(base: str, experiment: str = "parathink-tiny") -> str:
+    """The experiment's runs in MLflow's model-training view, once a run has created the experiment.
+
+    MLflow 3.17's UI opens every experiment in its GenAI view unless the URL (or the browser's remembered switch)
+    says ``workflowType=machine_learning``; the experiment's ``mlflow.experimentKind`` tag does not decide it.
+    """
+    query = urllib.parse.urlencode({"experiment_name": experiment})
+    try:
+        with urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}", timeout=10) as r:
+            experiment_id = json.load(r)["experiment"]["experiment_id"]
+    except (urllib.error.URLError, OSError, KeyError, ValueError):
+        return f"{base}/#/experiments?workflowType=machine_learning  (pick 'Model training' at the top left)"
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
@@ -175,6 +176,7 @@ def _call(name: str, run: Mapping[str, Any], in_pod: bool) -> None:
 
 
 def _local(argv: list[str]) -> local.Finished:
+    log.info("$ parathink %s", shlex.join(argv))  # the same call, to reproduce it from a shell
     try:
         return local.stream(argv, log.info)
     except local.CommandMissing as err:

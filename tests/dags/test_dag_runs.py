@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import CHEAP, dag_test, states
+from parathink.storage.testing import free_port
 
+KFP_PORT = free_port()
 RESUME_STAGE = Path(__file__).parents[1] / "stages" / "resume_stage.py"
 SLOT_TASKS = ["base", "rl_easy_before_teacher", "teacher", "filter", "sft", "rl_easy", "rl_hard", "rl_scaffold",
               "grpo_baseline", "eval"]
@@ -32,8 +34,11 @@ def runs(airflow_home, tmp_path_factory):
         "exit_2": {"stages": ["filter"], "run_dir": str(work / "empty"), "overrides": cheap},
         "pods_cannot_see": {"stages": ["teacher"], "executor": "kubernetes", "run_dir": str(work / "k"),
                             "overrides": cheap},
+        "kfp": {"stages": ["teacher", "filter"], "executor": "kfp", "run_dir": "s3://parathink/runs/k",
+                "overrides": cheap},
     }
-    results, log = dag_test(airflow_home, work, list(confs.values()))
+    # No Kubeflow Pipelines here: the kfp task's real `parathink kfp submit` finds nothing listening on KFP_PORT.
+    results, log = dag_test(airflow_home, work, list(confs.values()), PARATHINK_KFP_HOST=f"http://127.0.0.1:{KFP_PORT}")
     return dict(zip(confs, results)), log, work
 
 
@@ -99,3 +104,16 @@ def test_exit_1_is_retried_per_the_cluster_profile_exit_2_is_not(runs):
     assert "retry 1 of 1 in 0 s" in log and "base: exit code 1" in log
     assert results["exit_2"]["tasks"]["filter"] == {"state": "failed", "try_number": 1}
     assert "filter: bad input, not retried (exit 2)" in log
+
+
+@pytest.mark.slow
+def test_executor_kfp_hands_the_stages_to_one_kubeflow_pipeline(runs):
+    results, log, _ = runs
+    kfp = results["kfp"]
+    assert _not_run(kfp, SLOT_TASKS) == {t: "skipped" for t in SLOT_TASKS}
+    assert kfp["tasks"]["kubeflow"] == {"state": "failed", "try_number": 1}
+    assert states(kfp)["promote"] == "upstream_failed" and kfp["state"] == "failed"
+    host = f"http://127.0.0.1:{KFP_PORT}"
+    assert (f"$ parathink kfp submit --host {host} --wait 'stages=[teacher,filter]' experiment=tiny "
+            f"run_dir=s3://parathink/runs/k seed=0 {' '.join(CHEAP)}") in log
+    assert f"parathink: error: KFP endpoint {host}" in log  # parathink's own one line, in the task log

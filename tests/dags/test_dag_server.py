@@ -18,6 +18,7 @@ import pytest
 
 from conftest import AIRFLOW_PY, CHEAP, DAGS, PARATHINK, ROOT, require
 from parathink.storage.testing import free_port
+from parathink_airflow import local_airflow
 
 LOCAL_AIRFLOW = DAGS / "parathink_airflow" / "local_airflow.py"
 DAG = "parathink_curriculum"
@@ -132,7 +133,9 @@ def test_rest_trigger_runs_teacher_then_filter_into_the_mlflow_store_of_the_ui(a
     found = httpx.post(f"{airflow.mlflow}/api/2.0/mlflow/runs/search", timeout=60, json={
         "experiment_ids": [_experiment(airflow)["experiment_id"]], "max_results": 50}).json()["runs"]
     names = {r["info"]["run_name"] for r in found}
-    assert {"teacher", "filter"} <= names, names
+    assert {"teacher", "filter", "tiny:shared"} <= names, names
+    assert local_airflow.mlflow_link(airflow.mlflow) == (
+        f"{airflow.mlflow}/#/experiments/{_experiment(airflow)['experiment_id']}/runs?workflowType=machine_learning")
 
 
 def _experiment(airflow: Airflow) -> dict:
@@ -201,6 +204,7 @@ def _pick(drv, field: str, values: list[str]) -> None:
 @pytest.mark.slow
 def test_the_ui_trigger_form_explains_itself_and_runs_the_curriculum(airflow, browser):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(airflow.url)
     browser.find_element(By.NAME, "username").send_keys("admin")
@@ -210,13 +214,15 @@ def test_the_ui_trigger_form_explains_itself_and_runs_the_curriculum(airflow, br
     browser.get(f"{airflow.url}/dags/{DAG}")
     browser.find_element(By.XPATH, "//button[normalize-space()='Trigger']").click()
     form = browser.find_element(By.XPATH, "//*[@role='dialog'][.//*[normalize-space()='Run Parameters']]")
+    WebDriverWait(browser, 30).until(lambda _: "Promote" in form.text)  # the dialog opens with an animation
     text = form.text
     for title in FORM_TITLES:
         assert f"\n{title}" in text, title
     assert "A file of hydra_conf/experiment/" in text and "one key=value per line" in text
 
     _pick(browser, "stages", ["teacher", "filter"])
-    _type(browser.find_element(By.NAME, "element_run_dir"), str(airflow.shared_run_dir))
+    # Relative to where the DAG runs parathink: the REST test's run directory, so its stages are up to date.
+    _type(browser.find_element(By.NAME, "element_run_dir"), "runs/shared")
     _type(browser.find_element(By.NAME, "element_overrides"), "\n".join(CHEAP))
     browser.save_screenshot(str(SCREENSHOTS / "airflow-trigger-form.png"))
     before = {r["dag_run_id"] for r in airflow.api("GET", f"/dags/{DAG}/dagRuns").json()["dag_runs"]}
@@ -224,12 +230,17 @@ def test_the_ui_trigger_form_explains_itself_and_runs_the_curriculum(airflow, br
 
     run_id = _new_run(airflow, before)
     run = airflow.wait_for(run_id)
-    expected = _conf(airflow.shared_run_dir)  # what was typed reached the run, character for character
+    expected = {**_conf(airflow.shared_run_dir), "run_dir": "runs/shared"}  # what was typed, character for character
     assert {key: run["conf"][key] for key in expected} == expected
     assert run["triggered_by"] == "ui" and run["state"] == "success", run
     browser.get(f"{airflow.url}/dags/{DAG}/runs/{run_id}")
     browser.find_element(By.XPATH, "//*[normalize-space()='teacher']")
     browser.save_screenshot(str(SCREENSHOTS / "airflow-run.png"))
+    # Back in MLflow: the link `make airflow` prints opens the runs (model training), not the GenAI view.
+    browser.get(local_airflow.mlflow_link(airflow.mlflow))
+    browser.find_element(By.XPATH, "//*[normalize-space()='tiny:shared']")
+    assert "Traces" not in browser.find_element(By.TAG_NAME, "main").text
+    browser.save_screenshot(str(SCREENSHOTS / "mlflow-runs.png"))
     print(f"\nscreenshots: {SCREENSHOTS}")
 
 
