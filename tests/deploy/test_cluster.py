@@ -98,7 +98,9 @@ RUNNER = f"system:serviceaccount:{NAMESPACE}:parathink-runner"
     (RUNNER, "create", "trainjobs", "trainer.kubeflow.org", "", NAMESPACE, True),
     (RUNNER, "delete", "trainjobs", "trainer.kubeflow.org", "", NAMESPACE, True),
     (RUNNER, "create", "workflowtaskresults", "argoproj.io", "", NAMESPACE, True),
+    (RUNNER, "get", "pods", "", "", NAMESPACE, True),
     (RUNNER, "create", "pods", "", "", NAMESPACE, False),
+    (RUNNER, "get", "pods", "", "log", NAMESPACE, False),
     (RUNNER, "list", "secrets", "", "", NAMESPACE, False),
     (RUNNER, "create", "trainjobs", "trainer.kubeflow.org", "", "default", False),
 ])
