@@ -20,10 +20,10 @@ DEST=$(cd "$DEST" && pwd)
 export DEBIAN_FRONTEND=noninteractive
 # apt-get source needs a deb-src line; the machine's sources list only binary packages.
 SRC_LIST=/etc/apt/sources.list.d/parathink-deb-src.sources
-if ! apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Package: kubernetes'; then
+if ! grep -qs '^Types: deb-src' /etc/apt/sources.list.d/*.sources && ! grep -qs '^deb-src ' /etc/apt/sources.list; then
   printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$SRC_LIST"
-  apt-get update -q
 fi
+apt-get update -q >/dev/null
 apt-get install -y -q --no-install-recommends etcd-server rsync dpkg-dev golang-1.19-go >/dev/null
 
 WORK="$DEST/src"
