@@ -1,50 +1,12 @@
-"""The deployment tests' cluster: a real control plane on 127.0.0.1 (kube_control_plane), two fake kubelets
-(a GPU node of the pool that hydra_conf/cluster/gpu.yaml names, and a CPU node of the default pool), and the
-chart installed on it server-side. Started once per test session, stopped at its end."""
+"""Session fixtures of the deployment tests: the cluster (kube_cluster.py) and the chart installed on it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
-from kubernetes import client, config, dynamic
-from omegaconf import OmegaConf
-
-from fake_kubelet import FakeKubelet
+from kube_cluster import ORCHESTRATOR_NS, SECRETS, Cluster, apply, make_kubelets
 from kube_control_plane import ControlPlane, ControlPlaneError, ensure_token_secret
-from parathink_chart import GPU_PROFILE, NAMESPACE, installed, render
-
-GPU_NODE, CPU_NODE = "gpu-node-0", "cpu-node-0"
-ORCHESTRATOR_NS = "airflow"
-# The Secrets named by the chart's values and by hydra_conf/cluster/gpu.yaml (test values, not credentials).
-SECRETS = {"parathink-s3": {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
-           "parathink-mlflow": {"MLFLOW_TRACKING_TOKEN": "test"},
-           "parathink-postgres": {"username": "mlflow", "password": "test"}}
-
-
-@dataclass
-class Cluster:
-    plane: ControlPlane
-    api: client.ApiClient
-    core: client.CoreV1Api
-    kubelets: dict[str, FakeKubelet]
-
-
-def taint_for(toleration: dict) -> dict:
-    """The taint a pool's nodes carry for the toleration that admits its pods."""
-    return {"key": toleration["key"], "value": toleration.get("value", "present"), "effect": toleration["effect"]}
-
-
-def _kubelets(plane: ControlPlane, api: client.ApiClient) -> dict[str, FakeKubelet]:
-    pool = OmegaConf.to_container(OmegaConf.load(GPU_PROFILE))
-    gpu_capacity = {"cpu": "96", "memory": "1024Gi", "pods": "110", pool["gpu_resource"]: str(pool["gpus_per_node"])}
-    return {
-        GPU_NODE: FakeKubelet(api, GPU_NODE, pool["node_pool"]["node_selector"],
-                              [taint_for(t) for t in pool["node_pool"]["tolerations"]], gpu_capacity,
-                              plane.pki.issue("kubelet-gpu", GPU_NODE, server=True)),
-        CPU_NODE: FakeKubelet(api, CPU_NODE, {}, [], {"cpu": "16", "memory": "64Gi", "pods": "110"},
-                              plane.pki.issue("kubelet-cpu", CPU_NODE, server=True), runs_commands=True),
-    }
+from kubernetes import client, config
+from parathink_chart import NAMESPACE, installed, render
 
 
 @pytest.fixture(scope="session")
@@ -53,24 +15,16 @@ def cluster(tmp_path_factory):
         plane = ControlPlane(tmp_path_factory.mktemp("kube")).start()
     except ControlPlaneError as e:
         pytest.fail(str(e))
-    kubelets = {}
+    started = {}
     try:
         api = config.new_client_from_config(str(plane.admin_kubeconfig))
-        kubelets = {name: k.start() for name, k in _kubelets(plane, api).items()}
-        yield Cluster(plane, api, client.CoreV1Api(api), kubelets)
+        for name, kubelet in make_kubelets(plane, api).items():
+            started[name] = kubelet.start()
+        yield Cluster(plane, api, client.CoreV1Api(api), started)
     finally:
-        for k in kubelets.values():
-            k.stop()
+        for kubelet in started.values():
+            kubelet.stop()
         plane.stop()
-
-
-def apply(api: client.ApiClient, objects: list[dict], manager: str = "helm") -> None:
-    """Server-side apply, as `helm install` (Helm 4) and `kubectl apply --server-side` do."""
-    dyn = dynamic.DynamicClient(api)
-    for obj in objects:
-        resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        resource.server_side_apply(body=obj, name=obj["metadata"]["name"],
-                                   namespace=obj["metadata"].get("namespace"), field_manager=manager)
 
 
 @pytest.fixture(scope="session")

@@ -181,8 +181,9 @@ class FakeKubelet:
         statuses = [{"name": c.name, "image": c.image, "imageID": f"fake://{c.image}", "ready": running,
                      "started": running, "restartCount": 0, "state": state,
                      "containerID": f"fake://{pod.metadata.uid}/{c.name}"} for c in pod.spec.containers]
-        conditions = [{"type": t, "status": "True" if (t in ("PodScheduled", "Initialized") or running) else "False",
-                       "lastTransitionTime": _now()} for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
+        kinds = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        conditions = [{"type": t, "status": "True" if (t in kinds[:2] or running) else "False",
+                       "lastTransitionTime": _now()} for t in kinds]
         status = {"phase": phase, "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "startTime": _now(),
                   "conditions": conditions, "containerStatuses": statuses}
         if pod.spec.init_containers:

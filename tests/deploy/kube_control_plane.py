@@ -63,7 +63,8 @@ class ControlPlane:
         path = self.folder / f"{name}.kubeconfig"
         path.write_text(
             "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-            f"clusters: [{{name: test, cluster: {{server: '{self.url}', certificate-authority: '{self.pki.ca_path}'}}}}]\n"
+            f"clusters: [{{name: test, cluster: {{server: '{self.url}', "
+            f"certificate-authority: '{self.pki.ca_path}'}}}}]\n"
             f"users: [{{name: {name}, user: {{client-certificate: '{crt}', client-key: '{key}'}}}}]\n"
             f"contexts: [{{name: test, context: {{cluster: test, user: {name}}}}}]\n")
         return path

@@ -40,11 +40,15 @@ class Pki:
         folder.mkdir(parents=True, exist_ok=True)
         self._ca_key = _key()
         now = dt.datetime.now(dt.timezone.utc)
-        self._ca = (x509.CertificateBuilder().subject_name(_name("parathink-test-ca")).issuer_name(_name("parathink-test-ca"))
+        ca_name = _name("parathink-test-ca")
+        self._ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
                     .public_key(self._ca_key.public_key()).serial_number(x509.random_serial_number())
                     .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                    .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+                    .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                                 key_encipherment=False, data_encipherment=False,
+                                                 key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                                 encipher_only=False, decipher_only=False), critical=True)
                     .sign(self._ca_key, hashes.SHA256()))
         self.ca_path = folder / "ca.crt"
         self.ca_path.write_bytes(self._ca.public_bytes(serialization.Encoding.PEM))

@@ -47,7 +47,8 @@ def test_pods_run_as_non_root_with_requests_and_limits():
         for c in _containers(obj):
             assert c["securityContext"]["allowPrivilegeEscalation"] is False
             assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-            assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and {"cpu", "memory"} <= set(c["resources"]["limits"])
+            for kind in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(c["resources"][kind]), (obj["metadata"]["name"], c["name"], kind)
 
 
 def test_mlflow_credentials_come_only_from_secrets():

@@ -34,7 +34,8 @@ def stages(dockerfile: Path) -> list[str]:
 def run(argv: list, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     proc = subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "CI": "true", **(env or {})})
-    assert proc.returncode == 0, f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}"
+    output = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{output}"
     return proc
 
 
@@ -75,12 +76,13 @@ def test_requirements_are_pinned_and_match_what_the_tests_run():
     assert f"AIRFLOW_K8S_PROVIDER ?= {pins['apache-airflow-providers-cncf-kubernetes']}" in airflow_mk
     assert f"apache/airflow:{pins['apache-airflow']}-python" in (IMAGES / "orchestrator" / "Dockerfile").read_text()
     from importlib.metadata import version
-    mlflow_pin = next(l for l in (IMAGES / "mlflow" / "requirements.txt").read_text().split() if l.startswith("mlflow=="))
+    mlflow_reqs = (IMAGES / "mlflow" / "requirements.txt").read_text().split()
+    mlflow_pin = next(p for p in mlflow_reqs if p.startswith("mlflow=="))
     assert mlflow_pin == f"mlflow=={version('mlflow')}"  # the server image runs the MLflow the tests run
 
 
 def test_dockerignore_keeps_runs_and_venvs_out_and_what_copy_needs_in():
-    ignored = [l for l in (ROOT / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
+    ignored = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
     for must in (".venv", ".venv-*", "runs", "mlruns", "bench-results", ".git", "**/__pycache__"):
         assert must in ignored
     for dockerfile in DOCKERFILES:
@@ -113,7 +115,7 @@ def test_trainer_install_steps_run_stages_outside_the_checkout(wheel, tmp_path):
     requirements and the wheel; then the stages that the pods run, from a folder that is not the checkout."""
     py = clean_venv(tmp_path / "venv")
     requirements = IMAGES / "trainer" / "requirements.txt"
-    torch_pin = next(l for l in requirements.read_text().split() if l.startswith("torch=="))
+    torch_pin = next(p for p in requirements.read_text().split() if p.startswith("torch=="))
     run([py, "-m", "pip", "install", "-q", torch_pin], tmp_path)  # pip takes the CPU wheel on this disk
     run([VENV_BIN / "uv", "pip", "install", "-q", "--python", py, "-r", requirements, wheel], tmp_path)
     parathink, work, run_dir = py.with_name("parathink"), tmp_path / "elsewhere", tmp_path / "run"
@@ -132,8 +134,8 @@ def plan_venv(wheel, tmp_path_factory) -> Path:
     """images/orchestrator/Dockerfile's parathink venv: the wheel without its dependencies, plus plan's two."""
     py = clean_venv(tmp_path_factory.mktemp("plan") / "venv")
     run([VENV_BIN / "uv", "pip", "install", "-q", "--python", py, "--no-deps", wheel], py.parent)
-    run([VENV_BIN / "uv", "pip", "install", "-q", "--python", py, "-r", IMAGES / "orchestrator" / "requirements-plan.txt"],
-        py.parent)
+    requirements = IMAGES / "orchestrator" / "requirements-plan.txt"
+    run([VENV_BIN / "uv", "pip", "install", "-q", "--python", py, "-r", requirements], py.parent)
     return py
 
 

@@ -5,7 +5,6 @@ fake kubelet runs its `parathink stage filter` for real, so the pod's exit code,
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -13,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CPU_NODE, ORCHESTRATOR_NS
+from kube_cluster import CPU_NODE, ORCHESTRATOR_NS
 from parathink_chart import NAMESPACE
-from test_cluster import read_pod, wait_for
+from test_control_plane import read_pod, wait_for
 
 from parathink.kfp.plan import stage_objects
 

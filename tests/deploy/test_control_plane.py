@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import CPU_NODE, GPU_NODE, ORCHESTRATOR_NS, apply
+from kube_cluster import GPU_NODE, ORCHESTRATOR_NS, apply
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from parathink_chart import NAMESPACE, hooks, render
