@@ -199,11 +199,16 @@ class Engine:
         if self.mode == "causal" and self.tags is not None:
             for s in seqs:
                 s.stream = StreamTags(self.tags)
-        # Rows: at most batch_size streams are admitted, and each may fork into num_paths rows. Allocating them
-        # up front avoids growing (copying) the cache mid-run.
+        # Rows: at most batch_size streams are admitted, and each may fork into num_paths rows. The cache holds
+        # them all at the longest length from the start (growing it would copy every live row, and on a GPU hold
+        # both copies at once): rows x (prompt + max_new_tokens) x layers x 2 x kv_heads x head_dim x dtype bytes,
+        # committed on a GPU, touched as written on a CPU (docs/gpu.md sizes it).
         rows = min(len(seqs), sampling.batch_size) * (self.num_paths if self.mode == "structured" else 1)
         state = _Run(self, sampling, gen, device, max(len(p) for p in prompts) + sampling.max_new_tokens + 1, rows)
-        state.run(deque(seqs))
+        try:
+            state.run(deque(seqs))
+        finally:
+            state.decoder.bind(None)  # the cache goes with the call (a kept decoder must not hold it)
         return [self._sample(s) for s in seqs]
 
     # ----------------------------------------------------------------------------------------------- helpers

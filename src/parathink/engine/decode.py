@@ -36,7 +36,7 @@ class EagerDecode:
         self.runner = runner
         self.cache: RowCache | None = None
 
-    def bind(self, cache: RowCache) -> None:
+    def bind(self, cache: RowCache | None) -> None:
         self.cache = cache
 
     def __call__(self, feed: tuple[list[int], list[int], list[int]], n: int) -> torch.Tensor:
@@ -59,8 +59,12 @@ class StaticDecode:
         self.pool = None  # one memory pool for every graph: they never run concurrently
         self.addresses: list | None = None
 
-    def bind(self, cache: RowCache) -> None:
-        """Decode over ``cache`` from now on; drop the graphs if any address they read has changed."""
+    def bind(self, cache: RowCache | None) -> None:
+        """Decode over ``cache`` from now on; drop the graphs if any address they read has changed. ``None`` at the
+        end of a call: the cache is freed (the graphs are kept, and replayed only over a cache at its address)."""
+        if cache is None:
+            self.cache = None
+            return
         device = cache.kv.device
         if self.inputs is None or self.inputs.shape[1] < cache.capacity or self.inputs.device != device:
             self.inputs = torch.zeros(4, cache.capacity, dtype=torch.long, device=device)
