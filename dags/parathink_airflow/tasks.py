@@ -109,18 +109,24 @@ def _plan(form: Form, dag_id: str, name: str, seed: int) -> dict:
     if form.promote:  # promote's own checks (tracking.backend=mlflow) and placement
         doc = plan_for(run_dir, [*stages, "promote"])
     slots = assign(stages)
-    if form.executor == "local":
-        check_retries(doc, MAX_RETRIES)
-    else:
-        pods_plan = doc if form.executor == "kubernetes" else {**doc, "placement": {
-            k: v for k, v in doc["placement"].items() if k == "promote"}}
-        check_for_pods(pods_plan, MAX_RETRIES)
-    if form.executor == "kfp":
-        kfp_host()
+    _check_executor(form.executor, doc)
     args = arguments(form.experiment, run_dir=run_dir, seed=seed, stages=None, overrides=form.overrides,
                      tracking_uri=tracking_uri)
     return {"executor": form.executor, "run_dir": run_dir, "stages": stages, "promote": form.promote,
             "slots": slots, "placement": doc["placement"], "args": args}
+
+
+def _check_executor(executor: str, doc: Mapping[str, Any]) -> None:
+    """What the executor needs beyond a valid config (FormError otherwise)."""
+    if executor == "local":
+        check_retries(doc, MAX_RETRIES)
+        return
+    # kfp: the stages run inside Kubeflow; only promote is a pod of this DAG's own.
+    mine = doc if executor == "kubernetes" else {**doc, "placement": {
+        k: v for k, v in doc["placement"].items() if k == "promote"}}
+    check_for_pods(mine, MAX_RETRIES)
+    if executor == "kfp":
+        kfp_host()
 
 
 def kfp_host() -> str:

@@ -1,58 +1,12 @@
-"""Fixtures for the Airflow DAG tests.
-
-Airflow lives in its own venv (``make airflow-venv``: .venv-airflow), never in this one: what needs Airflow runs
-in a subprocess of that venv's python (``in_airflow.py``, ``local_airflow.py``, ``pods.py``), and the tests here
-assert on what it prints and on the run directories it leaves. The DAGs' pure modules (``chain``, ``form``,
-``local``, ``local_airflow``) import no Airflow and are imported directly.
-"""
+"""Fixtures for the Airflow DAG tests; dag_helpers.py says how Airflow is reached from this venv."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-DAGS = ROOT / "dags"
-AIRFLOW_PY = ROOT / ".venv-airflow" / "bin" / "python"
-PARATHINK = Path(sys.executable).with_name("parathink")
-IN_AIRFLOW = Path(__file__).with_name("in_airflow.py")
-# teacher + filter of the tiny experiment in seconds: 80 problems instead of 3,600, no MLflow.
-CHEAP = ["teacher.self.model=builtin:tiny_base", "data.cold_start.0.n=40", "data.cold_start.1.n=40"]
-
-sys.path.insert(0, str(DAGS))
-
-
-def require(ok: bool, why: str) -> None:
-    """Skip with the reason on a developer's machine; under CI a missing dependency is a failure."""
-    if ok:
-        return
-    if os.environ.get("CI", "").lower() in ("1", "true"):
-        pytest.fail(f"{why} (CI must run this test)")
-    pytest.skip(why)
-
-
-def airflow_env(home: Path, workdir: Path, **extra: str) -> dict[str, str]:
-    """What a dag.test() or DagBag process needs: its home, dags/, and the project's parathink."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(DAGS), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               PARATHINK_BIN=str(PARATHINK), PARATHINK_WORKDIR=str(workdir), CI="true", **extra)
-    return env
-
-
-def in_airflow(env: dict[str, str], *args: str, timeout: float = 900):
-    """Run ``in_airflow.py ARGS`` in the Airflow venv; returns (its JSON result, its whole output)."""
-    proc = subprocess.run([str(AIRFLOW_PY), "-W", "ignore", str(IN_AIRFLOW), *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-    out = proc.stdout + proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("@@result")]
-    assert proc.returncode == 0 and lines, f"in_airflow.py {' '.join(args)} failed:\n{out[-6000:]}"
-    return json.loads(lines[-1][len("@@result"):]), out
+from dag_helpers import AIRFLOW_PY, airflow_env, require
 
 
 @pytest.fixture(scope="session")
@@ -69,20 +23,3 @@ def airflow_home(airflow_python, tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("airflow-home")
     local_airflow.migrate(airflow_python.with_name("airflow"), airflow_env(home, home))
     return home
-
-
-def dag_test(home: Path, workdir: Path, confs: list[dict], dag_id: str = "parathink_curriculum", **env: str):
-    """dag.test() of each conf in order, in one Airflow process; returns (results, the runs' logs)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    confs_file = workdir / f"confs-{len(list(workdir.glob('confs-*')))}.json"
-    confs_file.write_text(json.dumps(confs))
-    return in_airflow(airflow_env(home, workdir, **env), "dag-test", dag_id, str(confs_file))
-
-
-def states(result: dict) -> dict[str, str]:
-    return {task: ti["state"] for task, ti in result["tasks"].items()}
-
-
-def copy_tree(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst

@@ -1,7 +1,7 @@
 """What the DAG tests ask of Airflow itself, run with the Airflow venv's python (the test venv has no Airflow).
 
     python in_airflow.py dagbag                       # the DAG folder parsed as the dag-processor parses it
-    python in_airflow.py dag-test DAG_ID CONF.json    # one dag.test() per conf in the file's list
+    python in_airflow.py dag-test RUNS.json           # one dag.test() per {dag_id, conf} in the file
     python in_airflow.py pods PLAN.json...            # each stage's pod request and operator settings
 
 Prints one JSON line after the marker ``@@result``; the tests assert on it. The environment names AIRFLOW_HOME
@@ -51,17 +51,16 @@ def dagbag() -> dict:
             "heavy_modules": [m for m in HEAVY if m in sys.modules]}
 
 
-def dag_test(dag_id: str, confs_file: str) -> list[dict]:
-    """Each conf's run: its state and task states, or ``refused`` when Airflow rejects the conf (as a trigger)."""
+def dag_test(runs_file: str) -> list[dict]:
+    """Each run's state and task states, or ``refused`` when Airflow rejects its conf (as a trigger would)."""
     from airflow.sdk.exceptions import ParamValidationError
 
     bag, _ = _bag()
-    dag = bag.dags[dag_id]
     out = []
-    for conf in json.loads(Path(confs_file).read_text()):
+    for spec in json.loads(Path(runs_file).read_text()):
         started = time.perf_counter()
         try:
-            run = dag.test(run_conf=conf)
+            run = bag.dags[spec["dag_id"]].test(run_conf=spec["conf"])
         except ParamValidationError as err:
             out.append({"refused": str(err)})
             continue
@@ -102,7 +101,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "dagbag":
         result = dagbag()
     elif argv[0] == "dag-test":
-        result = dag_test(argv[1], argv[2])
+        result = dag_test(argv[1])
     elif argv[0] == "pods":
         result = pods(argv[1:])
     else:

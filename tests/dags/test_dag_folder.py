@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import airflow_env, in_airflow
+from dag_helpers import airflow_env, in_airflow
 from parathink_airflow.chain import CANONICAL, SLOTS
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[2] / "hydra_conf" / "experiment").glob("*.yaml"))

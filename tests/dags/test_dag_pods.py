@@ -11,7 +11,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 
-from conftest import DAGS, ROOT, airflow_env, in_airflow
+from dag_helpers import DAGS, ROOT, airflow_env, in_airflow
 from parathink.config import compose
 from parathink.stages.runner import plan_document
 

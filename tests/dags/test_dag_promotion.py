@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, dag_test, states
+from dag_helpers import ROOT, dag_test, states
 from parathink.stages import runner
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHEAP, dag_test, states
+from dag_helpers import CHEAP, dag_test, states
 from parathink.storage.testing import free_port
 
 KFP_PORT = free_port()
@@ -36,6 +36,8 @@ def runs(airflow_home, tmp_path_factory):
                             "overrides": cheap},
         "kfp": {"stages": ["teacher", "filter"], "executor": "kfp", "run_dir": "s3://parathink/runs/k",
                 "overrides": cheap},
+        "nightly": ("parathink_nightly", {"stages": ["teacher"], "promote": False,
+                                          "overrides": [*cheap, "teacher.limit=4"]}),
     }
     # No Kubeflow Pipelines here: the kfp task's real `parathink kfp submit` finds nothing listening on KFP_PORT.
     results, log = dag_test(airflow_home, work, list(confs.values()), PARATHINK_KFP_HOST=f"http://127.0.0.1:{KFP_PORT}")
@@ -117,3 +119,15 @@ def test_executor_kfp_hands_the_stages_to_one_kubeflow_pipeline(runs):
     assert (f"$ parathink kfp submit --host {host} --wait 'stages=[teacher,filter]' experiment=tiny "
             f"run_dir=s3://parathink/runs/k seed=0 {' '.join(CHEAP)}") in log
     assert f"parathink: error: KFP endpoint {host}" in log  # parathink's own one line, in the task log
+
+
+
+@pytest.mark.slow
+def test_nightly_runs_get_a_folder_and_a_seed_of_their_date(runs):
+    results, _, work = runs
+    night = results["nightly"]
+    assert night["state"] == "success", night
+    date = night["plan"]["run_dir"].rsplit("/", 1)[-1]
+    assert night["plan"]["run_dir"] == str(work / "runs" / "parathink_nightly" / date)  # under the runs_root
+    assert f"seed={date.replace('-', '')}" in night["plan"]["args"]  # fresh synthetic problems each night
+    assert (work / "runs" / "parathink_nightly" / date / "teacher" / "raw.jsonl").exists()

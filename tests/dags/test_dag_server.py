@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import AIRFLOW_PY, CHEAP, DAGS, PARATHINK, ROOT, require
+from dag_helpers import AIRFLOW_PY, CHEAP, DAGS, PARATHINK, ROOT, require
 from parathink.storage.testing import free_port
 from parathink_airflow import local_airflow
 
