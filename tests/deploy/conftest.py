@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import pytest
 from kube_cluster import ORCHESTRATOR_NS, SECRETS, Cluster, apply, make_kubelets
-from kube_control_plane import ControlPlane, ControlPlaneError, ensure_token_secret
+from kube_control_plane import ensure_token_secret, running
 from kubernetes import client, config
 from parathink_chart import NAMESPACE, installed, render
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    try:
-        plane = ControlPlane(tmp_path_factory.mktemp("kube")).start()
-    except ControlPlaneError as e:
-        pytest.fail(str(e))
     started = {}
-    try:
-        api = config.new_client_from_config(str(plane.admin_kubeconfig))
-        for name, kubelet in make_kubelets(plane, api).items():
-            started[name] = kubelet.start()
-        yield Cluster(plane, api, client.CoreV1Api(api), started)
-    finally:
-        for kubelet in started.values():
-            kubelet.stop()
-        plane.stop()
+    with running(tmp_path_factory.mktemp("kube")) as plane:
+        try:
+            api = config.new_client_from_config(str(plane.admin_kubeconfig))
+            for name, kubelet in make_kubelets(plane, api).items():
+                started[name] = kubelet.start()
+            yield Cluster(plane, api, client.CoreV1Api(api), started)
+        finally:
+            for kubelet in started.values():
+                kubelet.stop()
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ tests do what its token controller would (``ensure_token_secret``) and a fake ku
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -152,6 +153,22 @@ class ControlPlane:
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items() if p.poll() is None}
+
+
+@contextlib.contextmanager
+def running(folder: Path):
+    """A started control plane for the block (a test fixture's body), stopped after it; a missing binary or a
+    failed start fails the test with the reason, not an error trace."""
+    import pytest
+
+    try:
+        plane = ControlPlane(folder).start()
+    except ControlPlaneError as e:
+        pytest.fail(str(e))
+    try:
+        yield plane
+    finally:
+        plane.stop()
 
 
 def _http_ok(url: str, cert: tuple[Path, Path] | None = None, verify: Path | bool = True) -> bool:

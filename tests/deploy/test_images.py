@@ -89,7 +89,7 @@ def test_dockerignore_keeps_runs_and_venvs_out_and_what_copy_needs_in():
         for sources in re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", dockerfile.read_text(), re.M):
             for src in sources.split():
                 top = src.split("/")[0]
-                assert (ROOT / src).exists(), f"{dockerfile}: COPY {src} does not exist"
+                assert list(ROOT.glob(src.rstrip("/"))), f"{dockerfile}: COPY {src} matches nothing"
                 assert top not in ignored, f"{dockerfile}: COPY {src} but .dockerignore drops {top}"
 
 
