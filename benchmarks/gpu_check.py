@@ -282,7 +282,7 @@ def main() -> int:
         print(f"[gpu_check] {name}: {'FAILED' if name in failed else 'ok'} in {part['section_s']} s", flush=True)
     FIGURES["failed_sections"] = failed
     path = write_record(FIGURES)
-    if os.environ.get("OUT"):
+    if os.environ.get("OUT") and Path(os.environ["OUT"]).resolve() != path.parent.resolve():
         shutil.copy(path, Path(os.environ["OUT"]) / "gpu.json")
     print(summary(FIGURES))
     return 1 if failed else 0

@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# Prepare what a call on a lent GPU carries (README, "GPU checks"), so that the device time goes to the checks:
+# Prepare what a call on a lent GPU carries (docs/gpu.md), so that the device time goes to the checks:
 #   .whl/      wheels for Python 3.12 of what the GPU image lacks, at the versions this .venv is tested with
 #              (DeepSpeed and antlr4 are built here from their sources, pure Python: DeepSpeed's ops JIT there);
-#   .gpu/run/  a run directory holding base, teacher and filter, copied from a finished tiny run.
-# Usage: benchmarks/gpu_prepare.sh [RUN_DIR]   (default runs/tiny; `make demo` makes it)
+#   .gpu/run/  a run directory holding base, teacher and filter (the `stages` section starts from it).
+# Usage: benchmarks/gpu_prepare.sh [RUN_DIR]
+#   RUN_DIR: a finished run holding base, teacher and filter. Default: runs/tiny when `make demo` made it, else
+#   runs/gpu_prep, made here by `parathink run experiment=tiny stages=[base,teacher,filter]` (a few minutes).
+# The call carries the working tree plus .whl and .gpu: 64 MiB in all, checked at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-RUN=${1:-runs/tiny}
-for s in base teacher filter; do
-  [ -f "$RUN/$s/_manifest.json" ] || { echo "gpu_prepare: $RUN/$s is not a finished stage (run make demo first)" >&2; exit 2; }
-done
+LIMIT_MIB=64
+finished() { for s in base teacher filter; do [ -f "$1/$s/_manifest.json" ] || return 1; done; }
+if [ $# -ge 1 ]; then
+  RUN=$1
+  finished "$RUN" || { echo "gpu_prepare: $RUN lacks a finished base, teacher or filter stage" >&2; exit 2; }
+elif finished runs/tiny; then
+  RUN=runs/tiny
+else
+  RUN=runs/gpu_prep
+  finished "$RUN" || .venv/bin/parathink run experiment=tiny "stages=[base,teacher,filter]" run_dir="$RUN" tracking=none
+fi
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 rm -rf .whl .gpu
 mkdir -p .whl .gpu/run
@@ -33,3 +43,9 @@ meta["stages"] = {k: {f: v for f, v in rec.items() if f != "mlflow_run_id"}
 json.dump(meta, open(sys.argv[2], "w"), indent=1)
 PYEOF
 du -sh .whl .gpu
+# What travels: tracked files, untracked files git does not ignore, and the carried folders.
+tree=$( { git ls-files -z; git ls-files -z -o --exclude-standard; } | xargs -0 du -cb 2>/dev/null | awk '/total$/ {s += $1} END {print s + 0}')
+carried=$(du -sb .whl .gpu | awk '{s += $1} END {print s}')
+total_mib=$(( (tree + carried) / 1048576 ))
+echo "gpu_prepare: the call carries ${total_mib} MiB of ${LIMIT_MIB} (working tree $((tree / 1048576)) MiB, .whl + .gpu $((carried / 1048576)) MiB)"
+[ "$total_mib" -lt "$LIMIT_MIB" ] || { echo "gpu_prepare: over the ${LIMIT_MIB} MiB a call carries" >&2; exit 1; }

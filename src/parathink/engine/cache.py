@@ -65,6 +65,8 @@ class RowCache:
     def expose(self, n: int, s: int) -> None:
         """Rows [0, n) are about to attend over slots [0, s) (each writes its slot ``lens[r]`` first): zero,
         once, every slot past a row's own entries that holds nothing finite yet."""
+        if min(self.fin[:n]) >= s:  # the common step: every row's chunk reaches past the window
+            return
         groups: dict[int, list[int]] = {}
         for r in range(n):
             start = max(self.fin[r], self.lens[r] + 1)
