@@ -11,6 +11,8 @@ import json
 import os
 import time
 
+from parathink.quality import GateFailed
+
 
 def validate(cfg):
     from parathink.stages.context import ConfigError
@@ -68,7 +70,3 @@ def run(cfg, ctx):
                                       "parallel_rate": 0.5, "relative_position": 0.4, "n": 1600, "k": 8}}
         (ctx.out_dir / "results.json").write_text(json.dumps({"stages": stages}))
     return {"total": float(state["total"]), "resumed_from": float(start)}
-
-
-class GateFailed(Exception):
-    """Stands in for parathink.quality.GateFailed: the runner maps it (by name) to exit code 3."""

@@ -1,4 +1,5 @@
-"""The filter stage: teacher -> filter on the synthetic set; a bad set stops `parathink stage filter` with exit 3."""
+"""The filter stage: teacher -> filter on the synthetic set; a bad set stops `parathink stage filter` with exit 3
+after publishing its outputs and its gate's report."""
 
 import json
 import subprocess
@@ -38,8 +39,7 @@ def test_teacher_then_filter_accepts_traces_and_reports(tmp_path):
     assert len(accepted) == 59 and [r["reasons"] for r in rejected] == [["incorrect"]]
     assert report["bad_lines"] == 1 and report["bad_line_list"][0]["line"] == 61
     assert report["per_level"]["hard"]["accepted"] == 30 and report["reasons"] == {"incorrect": 1}
-    assert metrics["gate_passed"] == 1.0 and metrics["accepted"] == 59.0
-    assert json.loads((f_ctx.out_dir / "gate.json").read_text())["success"] is True
+    assert metrics["accepted"] == 59.0
 
 
 def test_cli_gate_failure_exits_3_and_keeps_report_and_data_docs(tmp_path):
@@ -55,8 +55,12 @@ def test_cli_gate_failure_exits_3_and_keeps_report_and_data_docs(tmp_path):
          f"filter.input={raw}", f"filter.output={out}", "filter.gate.min_valid_rate=0.8"],
         capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "CI": "true"})
     assert proc.returncode == 3, proc.stderr[-2000:]
-    assert "expect_column_mean_to_be_between(column=valid, min_value=0.8, max_value=1.0) observed 0.2" in proc.stderr
+    # The raw suite runs on traces from outside the run (no teacher gate saw them); the table is in the log.
+    assert "raw.valid_rate                 0.2       >= 0.8     FAIL" in proc.stderr
+    assert "filter: 1 of 9 expectations failed: raw.valid_rate 0.2 < 0.8. Report: " in proc.stderr.splitlines()[-1]
     report = json.loads((out / "report.json").read_text())
-    assert report["overall"]["valid_rate"] == 0.2 and report["gate"]["success"] is False
-    assert (out / "data_docs" / "index.html").exists() and (out / "accepted.jsonl").exists()
-    assert not (tmp_path / "run" / "filter" / "_manifest.json").exists()  # nothing published: no later stage runs
+    assert report["overall"]["valid_rate"] == 0.2 and (out / "accepted.jsonl").exists()
+    published = tmp_path / "run" / "filter"
+    assert (published / "_gates" / "data_docs" / "index.html").exists()
+    gates = json.loads((published / "_manifest.json").read_text())["gates"]  # published, marked as not passed
+    assert gates["passed"] is False and gates["data_docs"] == "_gates/data_docs/index.html"

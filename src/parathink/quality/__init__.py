@@ -1,15 +1,19 @@
-"""Data quality: the trace filter (Parallel-R1 Sec. 3.1's "keep parallel and correct") and the
-great-expectations gates that run between stages.
+"""Data and model quality: the trace filter (Parallel-R1 Sec. 3.1's "keep parallel and correct") and the gate
+after every stage (docs/gates.md).
 
-``GateFailed`` lives here, free of great-expectations, so that callers (the runner maps it to exit code 3)
-can catch it without importing GE; ``parathink.quality.gates`` imports GE when a gate runs.
+``GateFailed`` lives here, free of great-expectations and torch, so that callers can catch it cheaply; it carries
+exit code 3 (``parathink.errors``): the orchestrators stop the pipeline there and never retry it.
 """
 
+from parathink.errors import ParathinkError
 
-class GateFailed(RuntimeError):
-    """A data-quality gate failed; the message lists each failed expectation with its observed value."""
 
-    def __init__(self, message: str, failures: list[dict] | None = None, report_dir: str | None = None):
+class GateFailed(ParathinkError):
+    """A stage's quality gate failed; the message names each failed expectation with its observed value."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, failures: list | None = None, report_dir: str | None = None):
         super().__init__(message)
         self.failures = failures or []
         self.report_dir = report_dir

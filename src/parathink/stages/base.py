@@ -7,6 +7,8 @@
   init, never trained: the base has no parallel behaviour), save ``model/``;
 - ``model.kind=pretrained`` (e.g. Qwen3-4B-Base): load ``model.source`` (hub, s3://, GGUF, dir) and save it as
   ``model/``, so every later stage reads one local checkpoint.
+
+Its gate (``quality.model_gates.base_gate``): the model answers the held-out probe (an accuracy floor).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import shutil
 import time
 
+from parathink.quality.model_gates import BASE_KEYS as GATE_KEYS, base_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import ConfigError, StageContext
 
 KINDS = ("tiny", "pretrained")

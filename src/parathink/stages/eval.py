@@ -4,6 +4,7 @@ Writes ``<stage>/<set>.jsonl`` (one line per problem, every sample with its verd
 (``{"stages": {stage: {set: {accuracy, pass_at_k, parallel_rate, relative_position, n, ...}}}}``). A model
 stage absent from the run directory is skipped and named in ``results.json["missing"]``. Each finished
 (stage, set) is kept in ``work_dir`` under the model's content hash, so a killed eval resumes where it stopped.
+Its gate (``quality.eval_gate``): every model of the run evaluated on every set with its full size, no NaN.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, storage
 from parathink.jsonl import load_record
+from parathink.quality.eval_gate import KEYS as GATE_KEYS, eval_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
 
 MODES = ("causal", "structured")
@@ -98,6 +100,12 @@ def _set_k(name: str, spec: dict, records: list[dict]) -> dict:
         mixed = ", ".join(f"{n} problems x{r}" for r, n in sorted(counts.items()))
         raise ConfigError(f"eval.sets.{name}.k: not set, and its rows per problem differ ({mixed}); set k")
     return {"k": file_k, "k_from": "repeats", "repeats": file_k}
+
+
+def problems_and_k(name: str, spec: dict, seed: int) -> tuple[list[dict], dict]:
+    """The set's problems and its k (with where k came from), as the stage samples them."""
+    records = _problems(spec, seed)
+    return records, _set_k(name, spec, records)
 
 
 def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path, sets: dict) -> dict:
@@ -208,8 +216,8 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     sets = {}
     for name, node in active_sets(cfg).items():
         spec = OmegaConf.to_container(node, resolve=True)
-        records = _problems(spec, ctx.seed)
-        sets[name] = {**spec, "records": records, **_set_k(name, spec, records)}
+        records, k = problems_and_k(name, spec, ctx.seed)
+        sets[name] = {**spec, "records": records, **k}
     results: dict = {"stages": {}, "missing": [],
                      "settings": {"sampling": OmegaConf.to_container(cfg.eval.sampling, resolve=True),
                                   "mode": str(cfg.eval.mode), "format": str(cfg.format)}}

@@ -1,10 +1,10 @@
-"""The `filter` stage: cold-start data selection and its data-quality gate (Parallel-R1 Sec. 3.1).
+"""The `filter` stage: cold-start data selection (Parallel-R1 Sec. 3.1).
 
 Reads raw traces (``filter.input``, default the teacher stage's ``raw.jsonl``), writes ``accepted.jsonl``
 (parallel AND correct, within length bounds, one per problem), ``rejected.jsonl`` (each with its ``reasons``)
-and ``report.json`` (rates per source and level, reasons histogram, bad input lines with file, line and why),
-then runs the great-expectations gate (``parathink.quality.gates``): on failure every output, ``gate.json`` and
-the data docs stay in the output folder and ``GateFailed`` stops the run (exit code 3).
+and ``report.json`` (rates per source and level, reasons histogram, bad input lines with file, line and why).
+Its gate (``gate``, run by the runner on the finished output: ``parathink.quality.data_gates.filter_gate``) is the
+great-expectations suite of the accepted traces, with data docs in ``_gates/``; a failed gate exits with code 3.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from parathink import jsonl, provenance
+from parathink.quality.data_gates import FILTER_KEYS as GATE_KEYS, filter_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import ConfigError, StageContext
 
 SHARED_KEYS = ("format", "seed")
@@ -39,7 +40,7 @@ def expand_overrides(overrides: list[str]) -> list[str]:
     return out
 
 
-def _bounds(cfg: DictConfig):
+def bounds(cfg: DictConfig):
     from parathink.quality.traces import FilterConfig
 
     f = cfg.filter
@@ -53,8 +54,6 @@ def validate(cfg: DictConfig) -> None:
     f = cfg.filter
     if f.format not in GRAMMARS:
         raise ConfigError(f"filter.format: {f.format!r} is not one of {', '.join(GRAMMARS)}")
-    if not 0.0 <= float(f.gate.min_valid_rate) <= 1.0:
-        raise ConfigError(f"filter.gate.min_valid_rate: must be in [0, 1], got {f.gate.min_valid_rate}")
     if int(f.length.min_chars) > int(f.length.max_chars):
         raise ConfigError(f"filter.length: min_chars {f.length.min_chars} > max_chars {f.length.max_chars}")
     if f.input is not None and not str(f.input).startswith("s3://") and not Path(str(f.input)).is_file():
@@ -92,50 +91,33 @@ def _input_path(cfg: DictConfig, ctx: StageContext) -> Path:
     return Path(str(src))
 
 
-def filter_file(raw: Path, out: Path, cfg: DictConfig) -> tuple[dict, dict | None]:
-    """Filter ``raw`` into ``out``; returns (report, gate report or None). Does not raise on a failed gate."""
+def filter_file(raw: Path, out: Path, cfg: DictConfig) -> dict:
+    """Filter ``raw`` into ``out``; returns the report."""
     from parathink.quality.traces import accepted_record, build_report, filter_records, read_raw, rejected_record
 
-    bounds = _bounds(cfg)
+    filter_cfg = bounds(cfg)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    result = filter_records(read_raw(raw), bounds)
-    report = build_report(result, bounds, str(raw))
+    result = filter_records(read_raw(raw), filter_cfg)
+    report = build_report(result, filter_cfg, str(raw))
     report["filter_seconds"] = time.time() - started
     _write_jsonl(out / "accepted.jsonl", (accepted_record(j) for j in result.accepted))
     _write_jsonl(out / "rejected.jsonl", (rejected_record(j) for j in result.rejected))
-    gate_report = None
-    g = cfg.filter.gate
-    if g.enabled:
-        from parathink.quality.gates import GateConfig, run_gates
-
-        docs = out / "data_docs" if g.data_docs else None
-        gate_report = run_gates(result, GateConfig(float(g.min_valid_rate), int(g.min_accepted), bool(g.data_docs)),
-                                bounds, docs)
-        _write_json(out / "gate.json", gate_report)
-        report["gate"] = {"success": gate_report["success"], "data_docs": gate_report["data_docs"]}
     _write_json(out / "report.json", report)
-    return report, gate_report
+    return report
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     raw = _input_path(cfg, ctx)
     out = Path(str(cfg.filter.output)) if cfg.filter.output is not None else ctx.out_dir
-    report, gate_report = filter_file(raw, out, cfg)
+    report = filter_file(raw, out, cfg)
     if out.resolve() != Path(ctx.out_dir).resolve():  # keep the run directory's copy complete too
         shutil.copytree(out, ctx.out_dir, dirs_exist_ok=True)
     o = report["overall"]
     metrics = {"records": float(o["records"]), "bad_lines": float(report["bad_lines"]),
                "valid_rate": o["valid_rate"], "parallel_rate": o["parallel_rate"], "correct_rate": o["correct_rate"],
-               "accepted": float(o["accepted"]), "accepted_rate": o["accepted_rate"],
-               "gate_passed": float(gate_report["success"]) if gate_report else 1.0}
+               "accepted": float(o["accepted"]), "accepted_rate": o["accepted_rate"]}
     ctx.tracker.log_metrics(metrics)
     if (out / "report.json").exists():
         ctx.tracker.log_artifact(out / "report.json")
-    if gate_report is not None and not gate_report["success"]:
-        from parathink.quality.gates import describe_failures, raise_if_failed
-
-        for line in describe_failures(gate_report):
-            print(f"[filter] gate failed: {line}", flush=True)
-        raise_if_failed(gate_report, str(out))
     return metrics

@@ -6,8 +6,10 @@ output. It records the config hash (the stage's own section plus the shared keys
 ``parathink.redact`` allows them to be recorded), the output hashes of the stages it read through ``ctx.input``
 (its inputs), the fingerprints of the files it read from outside the run directory (``external``: a
 ``filter.input``, a data set's JSONL), the content of every output file (SHA-256 and size; the mtime locally,
-S3's ETag remotely, so that a later check costs a ``stat`` or one listing), the metrics ``run`` returned, and
-the times. A rerun skips the stage when all of these still hold (``parathink.stages.runner.is_up_to_date``).
+S3's ETag remotely, so that a later check costs a ``stat`` or one listing), the metrics ``run`` returned, the
+times, and the verdict of the stage's quality gate (``gates``; its report lives in ``_gates/``, outside the output
+hash, so that a gate evaluated again leaves the output's identity alone). A rerun skips the stage when all of these
+still hold (``parathink.stages.runner.is_up_to_date``).
 
 A manifest that cannot be read as one (not JSON, not an object, a key missing or of the wrong type, an output
 path that leaves its folder) raises ``ManifestDamaged``; the run directory treats it as no output at all.
@@ -30,6 +32,7 @@ from parathink.storage import StorageError, safe_join
 from parathink.storage.digest import file_sha256, local_meta  # noqa: F401  (file_sha256: re-exported)
 
 MANIFEST = "_manifest.json"
+GATES = "_gates"  # the gate's report and data docs (parathink.stages.gating): published with, not hashed as, output
 # Keys outside a stage's own section that change what any stage produces. A stage module may narrow or
 # extend this with a module-level SHARED_KEYS tuple.
 DEFAULT_SHARED_KEYS = ("model", "data", "format", "seed")
@@ -49,6 +52,10 @@ def stage_config(cfg: DictConfig, stage: str, shared_keys: tuple[str, ...]) -> d
     that runs it when ``stage_modules`` names one, and the shared keys."""
     rec = recordable(cfg)
     out = {"stage": OmegaConf.to_container(rec[stage], resolve=True)}
+    if isinstance(out["stage"], dict):
+        # Gate thresholds judge the output, they do not make it: a new threshold re-evaluates the gate on the
+        # published output (recorded under the manifest's ``gates``) instead of recomputing the stage.
+        out["stage"].pop("gate", None)
     module = (cfg.get("stage_modules") or {}).get(stage)
     if module is not None:
         out["module"] = str(module)
@@ -64,11 +71,12 @@ def config_hash(section: dict) -> str:
 
 
 def tree_hashes(root: Path) -> tuple[str, dict[str, dict]]:
-    """(hash of the whole tree, {relative path: {sha256, size, mtime_ns}}) for every file but the manifest."""
+    """(hash of the whole tree, {relative path: {sha256, size, mtime_ns}}) for every file but the manifest and the
+    gate's report."""
     files: dict[str, dict] = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if p.is_file() and rel != MANIFEST:
+        if p.is_file() and rel != MANIFEST and not rel.startswith(f"{GATES}/"):
             files[rel] = local_meta(p)
     digest = hashlib.sha256(_canonical({k: v["sha256"] for k, v in files.items()}).encode()).hexdigest()
     return digest[:16], files
@@ -82,6 +90,8 @@ def _check(data: dict) -> None:
         raise ManifestDamaged("'inputs' must map stages to output hashes")
     if not isinstance(data.get("external", {}), dict):
         raise ManifestDamaged("'external' is not an object")
+    if not isinstance(data.get("gates") or {}, dict):
+        raise ManifestDamaged("'gates' is not an object")
     for rel, meta in {**data["outputs"], **data.get("external", {})}.items():
         if not isinstance(meta, dict):
             raise ManifestDamaged(f"the record of {rel!r} is not an object")
@@ -109,6 +119,7 @@ class Manifest:
     finished_at: float = 0.0
     duration_s: float = 0.0
     mlflow_run_id: str | None = None
+    gates: dict | None = None  # the quality gate's verdict (parathink.quality.expectations.Verdict.to_record)
     version: int = 2
 
     def to_json(self) -> str:

@@ -83,12 +83,12 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict:
     from parathink.tracking import reachable, registry
     from parathink.tracking.curriculum import registered_name
 
-    results = json.loads((ctx.input("eval") / "results.json").read_text(encoding="utf-8"))
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
     failed = failed_gates(rundir, [str(s) for s in cfg.stages if str(s) != ctx.name])
-    if failed:
+    if failed:  # before the eval is read: reading it would refuse too, naming only the first failed stage
         raise GateFailed(f"promote: not promoting a run whose gates failed at {', '.join(failed)}",
                          failures=[{"stage": s} for s in failed], report_dir=str(rundir.root))
+    results = json.loads((ctx.input("eval") / "results.json").read_text(encoding="utf-8"))
     metric, margin = str(cfg.tracking.promote.metric), float(cfg.tracking.promote.margin)
     parent = rundir.read_run().get("mlflow", {}).get("parent_run_id")
     if not parent:

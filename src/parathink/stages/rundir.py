@@ -36,7 +36,7 @@ from parathink.errors import Unavailable
 from parathink.jsonl import parse_object
 from parathink.stages.context import StageInputStale
 from parathink.stages.lock import LOCKS, StageLock
-from parathink.stages.manifest import MANIFEST, Manifest, ManifestDamaged
+from parathink.stages.manifest import GATES, MANIFEST, Manifest, ManifestDamaged
 from parathink.storage import digest
 
 
@@ -126,6 +126,24 @@ class RunDir:
         m = self.manifest(stage)
         return m.output_hash if m else None
 
+    def gate_failed(self, stage: str) -> bool:
+        """Whether ``stage``'s published output carries a gate verdict that did not pass."""
+        m = self.manifest(stage)
+        return bool(m and m.gates and m.gates.get("passed") is False)
+
+    def gate_failed_upstream(self, stage: str, _seen: set | None = None) -> str | None:
+        """The first stage at or above ``stage`` in its input chain whose output did not pass its gate; None if none."""
+        seen = set() if _seen is None else _seen
+        if stage in seen:
+            return None
+        seen.add(stage)
+        m = self.manifest(stage)
+        if m is None:
+            return None
+        if m.gates and m.gates.get("passed") is False:
+            return stage
+        return next((found for inp in m.inputs if (found := self.gate_failed_upstream(inp, seen))), None)
+
     def damaged_files(self, m: Manifest) -> list[str]:
         """The files the manifest lists that are missing or whose content is not what was published."""
         return digest.changed(self.stage_uri(m.stage), m.outputs)
@@ -146,6 +164,8 @@ class RunDir:
             for inp, recorded in m.inputs.items():
                 if self.output_hash(inp) != recorded:
                     why = f"its input {inp!r} was republished since it ran"
+                elif self.gate_failed(inp):
+                    why = f"its input {inp!r} did not pass its quality gate"
                 elif (deeper := self.stale_reason(inp, seen)) is not None:
                     why = f"its input {inp!r} is out of date: {deeper}"
                 if why:
@@ -165,6 +185,14 @@ class RunDir:
         if bad:
             raise StageInputStale(f"the published output of {stage!r} ({self.stage_uri(stage)}) was altered after "
                                   f"it was published: {', '.join(bad[:3])}; run `parathink stage {stage}` again")
+        failed = self.gate_failed_upstream(stage)
+        if failed:
+            from parathink.quality import GateFailed
+
+            made = "" if failed == stage else f", and {stage!r} was made from it"
+            raise GateFailed(f"the output of {failed!r} did not pass its quality gate{made} (report: "
+                             f"{self.stage_uri(failed)}/{GATES}/report.json); fix its config and run `parathink "
+                             f"stage {failed}` again")
         why = self.stale_reason(stage)
         if why:
             raise StageInputStale(f"the output of {stage!r} is out of date ({why}); run `parathink stage {stage}` "
@@ -233,6 +261,27 @@ class RunDir:
         (tmp / MANIFEST).write_text(manifest.to_json())
         storage.write_bytes(storage.join(uri, MANIFEST), (tmp / MANIFEST).read_bytes())
         return tmp  # the caller logs from it, then discards it
+
+    def publish_gates(self, stage: str, gate_dir: Path, manifest: Manifest) -> None:
+        """Replace the published ``_gates/`` of ``stage`` with ``gate_dir`` and rewrite its manifest (whose ``gates``
+        changed); the outputs and their hashes stay as published. The caller holds the stage's lock."""
+        uri = self.stage_uri(stage)
+        if self.remote:
+            storage.remove_tree(storage.join(uri, GATES))
+            storage.upload_dir(gate_dir, storage.join(uri, GATES))
+            storage.write_text(storage.join(uri, MANIFEST), manifest.to_json())
+            return
+        final = Path(uri)
+        staged = final / f".{GATES}.new-{uuid.uuid4().hex[:8]}"
+        shutil.copytree(gate_dir, staged)
+        trash = self.local / ".tmp" / f"{stage}.{GATES}.old-{uuid.uuid4().hex[:8]}"
+        if (final / GATES).exists():
+            os.replace(final / GATES, trash)
+        os.replace(staged, final / GATES)
+        shutil.rmtree(trash, ignore_errors=True)
+        tmp = final / f".{MANIFEST}.new-{uuid.uuid4().hex[:8]}"
+        tmp.write_text(manifest.to_json())
+        os.replace(tmp, final / MANIFEST)
 
     # ------------------------------------------------------------ run.json
     def read_run(self) -> dict:

@@ -38,7 +38,9 @@ from parathink.errors import ParathinkError
 from parathink.jsonl import load_record
 from parathink.redact import redact_text
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
-from parathink.stages.manifest import DEFAULT_SHARED_KEYS, Manifest, config_hash, stage_config
+from parathink.quality import GateFailed
+from parathink.stages import gating
+from parathink.stages.manifest import DEFAULT_SHARED_KEYS, GATES, Manifest, config_hash, stage_config
 from parathink.stages.rundir import RunDir
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_GATE = 0, 1, 2, 3
@@ -106,6 +108,7 @@ def validate(cfg: DictConfig, names: list[str]) -> dict[str, ModuleType]:
         check = getattr(modules[name], "validate", None)
         if callable(check):
             check(cfg)
+        gating.validate(cfg, name, modules[name])
     for name in cfg.get("force", []):
         if name not in cfg:
             raise ConfigError(f"force: unknown stage {name!r}")
@@ -218,8 +221,12 @@ def _lead_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, 
     forced = name in list(cfg.get("force", []))
     skip, why = procs.broadcast(is_up_to_date(rundir, name, chash))
     if skip and not forced:
+        published = rundir.manifest(name)
         log(f"{name}: skipped ({why})")
-        return {"stage": name, "status": "skipped", **json.loads(rundir.manifest(name).to_json())}
+        if gating.needs_evaluation(cfg, name, module, published):
+            gating.recheck(cfg, name, module, rundir, published, tracking)
+        gating.raise_if_failed(name, published.gates, rundir.stage_uri(name))
+        return {"stage": name, "status": "skipped", **json.loads(published.to_json())}
     on_every_rank = bool(getattr(module, "DATA_PARALLEL", False))
     work, attempt = _prepare_work_dir(rundir, name, chash)
     procs.barrier()
@@ -251,6 +258,9 @@ def _lead_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, 
         metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
         manifest.inputs, manifest.external = dict(inputs), dict(external)
         manifest.finish(tmp, metrics)
+        # The gate judges the finished output before it is published, so the verdict is published with it; an
+        # output whose gate fails (or cannot be evaluated) is still published, for inspection, and never consumed.
+        manifest.gates, gate_error = gating.evaluate(cfg, name, module, tmp, tmp / GATES, manifest, rundir)
         lock.check()  # a lease lost while the stage ran (taken over, broken): another process owns the output now
         published = rundir.publish(name, tmp, manifest)
     except BaseException:
@@ -262,6 +272,9 @@ def _lead_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, 
     shutil.rmtree(work, ignore_errors=True)  # finished: the scratch (checkpoints) is no longer needed
     procs.barrier()
     log(f"{name}: done in {manifest.duration_s:.1f} s, output {manifest.output_hash}")
+    if gate_error is not None:
+        raise gate_error  # no verdict: the next run evaluates the gate again, without recomputing the stage
+    gating.raise_if_failed(name, manifest.gates, rundir.stage_uri(name))
     return {"status": "ran", **json.loads(manifest.to_json())}
 
 
@@ -333,14 +346,29 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     status = "FAILED"
     try:
         for name in names:
-            records[name] = run_stage(cfg, name, modules[name], rundir, tracking, procs)
+            try:
+                records[name] = run_stage(cfg, name, modules[name], rundir, tracking, procs)
+            except GateFailed:
+                _record_gate_failure(rundir, name)
+                raise
             entry = {k: records[name].get(k) for k in ("status", "output_hash", "duration_s", "mlflow_run_id")}
+            entry["gate_passed"] = (records[name].get("gates") or {}).get("passed")
             rundir.update_run(lambda meta: meta.setdefault("stages", {}).__setitem__(name, entry))
         status = "FINISHED"
     finally:
         tracking.run_finished(rundir, status=status)
     distributed.finish()
     return records
+
+
+def _record_gate_failure(rundir: RunDir, name: str) -> None:
+    """run.json's entry of a stage whose published output did not pass its gate."""
+    if not rundir.gate_failed(name):
+        return  # its input's gate failed, or the stage raised GateFailed itself before publishing
+    m = rundir.manifest(name)
+    entry = {"status": "gate_failed", "gate_passed": False, "output_hash": m.output_hash if m else None,
+             "duration_s": m.duration_s if m else None, "mlflow_run_id": m.mlflow_run_id if m else None}
+    rundir.update_run(lambda meta: meta.setdefault("stages", {}).__setitem__(name, entry))
 
 
 def _guard(fn) -> int:
@@ -370,9 +398,7 @@ def _exit_code(fn) -> int:
 
 def _code_of(err: Exception) -> int | None:
     """The exit code of an error the user can act on (one line, no traceback); None for a bug."""
-    if type(err).__name__ == "GateFailed":  # parathink.quality.GateFailed, matched without importing GE
-        return EXIT_GATE
-    if isinstance(err, (ParathinkError, StageInputMissing)):
+    if isinstance(err, (ParathinkError, StageInputMissing)):  # GateFailed among them: exit 3
         return int(type(err).exit_code)
     if type(err).__name__ == "TeacherUnavailable":  # retries exhausted; what was generated is kept
         return EXIT_ERROR

@@ -3,7 +3,8 @@
 Everything that can be wrong is checked before training starts: the config (``validate``), the starting model
 and its tokenizer (loadable), structured attention against the model's attention implementation, and the
 traces (present, parseable, not all over-long). Checkpoints go to ``work_dir/trainer`` (a rerun resumes),
-the final model to ``out_dir/model``.
+the final model to ``out_dir/model``. Its gate (``quality.model_gates.sft_gate``): the format learnt on a held-out
+probe, accuracy kept against the start model, and the schedule run to the end.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 from parathink.config import resolve_config_path
+from parathink.quality.model_gates import SFT_KEYS as GATE_KEYS, sft_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import ConfigError, StageContext
 
 # Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
@@ -114,9 +116,15 @@ def _replay(cfg, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[in
     return out
 
 
-def _model_source(cfg, ctx: StageContext):
+def start_stage(cfg) -> str | None:
+    """The stage whose ``model/`` SFT starts from; None when ``sft.init`` is a model source (dir, s3://, hub id)."""
     init = str(cfg.sft.init)
-    return ctx.input(init) / "model" if init in ("base", "sft") or init.startswith("rl_") else init
+    return init if init in ("base", "sft") or init.startswith("rl_") else None
+
+
+def _model_source(cfg, ctx: StageContext):
+    stage = start_stage(cfg)
+    return ctx.input(stage) / "model" if stage is not None else str(cfg.sft.init)
 
 
 def run(cfg, ctx: StageContext) -> dict[str, float]:

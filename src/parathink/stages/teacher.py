@@ -3,7 +3,8 @@
 Reads the problems of ``teacher.problems`` (by default ``data.cold_start``), asks the configured backend for one
 parallel trace per problem, and publishes ``raw.jsonl`` (``id, source, problem, answer, level, response`` plus
 the backend's own fields) in problem order. Records are appended to ``work_dir/raw.jsonl`` as they finish, so
-a killed or failed run resumes with no record lost or written twice.
+a killed or failed run resumes with no record lost or written twice. Its gate (``quality.data_gates.teacher_gate``):
+records for enough of the problems, and the raw-traces suite (valid-format rate).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import jsonl
+from parathink.quality.data_gates import TEACHER_KEYS as GATE_KEYS, teacher_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import ConfigError, StageContext
 from parathink.teacher import BACKENDS, RawStore, TeacherUnavailable
 from parathink.teacher.traces import SUMMARIES

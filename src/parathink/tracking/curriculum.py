@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from parathink.jsonl import load_record
 from parathink.redact import recorded_config, redact_text
+from parathink.stages.manifest import GATES
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
 
 TRACKING_FILE = "_tracking.json"  # in a stage's work_dir: its nested MLflow run id
@@ -62,8 +63,23 @@ class CurriculumTracking:
     def stage_failed(self, name: str, tracker: Tracker) -> None:
         pass
 
+    def gate_rechecked(self, name: str, manifest, gate_dir: Path) -> None:
+        """A published stage's gate was evaluated again (``parathink.stages.gating.recheck``)."""
+
     def run_finished(self, rundir, status: str) -> None:
         pass
+
+
+def gate_metrics(gates: dict | None) -> dict[str, float]:
+    """The verdict as metrics: ``gate.passed`` (1/0) and each expectation's numeric observation, ``gate.<name>``."""
+    if not gates or not gates.get("enabled", True):
+        return {}
+    out = {"gate.passed": float(bool(gates.get("passed")))}
+    for e in gates.get("expectations", []):
+        value = e.get("observed")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[f"gate.{e['name']}"] = float(value)
+    return out
 
 
 class JsonlCurriculumTracking(CurriculumTracking):
@@ -77,7 +93,10 @@ class JsonlCurriculumTracking(CurriculumTracking):
         return tracker
 
     def stage_done(self, name: str, tracker: Tracker, manifest, out_dir: Path) -> None:
-        tracker.log_metrics(manifest.metrics)
+        tracker.log_metrics({**manifest.metrics, **gate_metrics(manifest.gates)})
+
+    def gate_rechecked(self, name: str, manifest, gate_dir: Path) -> None:
+        JsonlTracker(self.dir / f"{name}.jsonl").log_metrics(gate_metrics(manifest.gates))
 
 
 class MlflowCurriculumTracking(CurriculumTracking):
@@ -116,15 +135,42 @@ class MlflowCurriculumTracking(CurriculumTracking):
         tracker.log_artifact(out_dir / "_manifest.json")
         if (out_dir / "metrics.jsonl").exists():
             tracker.log_artifact(out_dir / "metrics.jsonl")
+        failed = self._log_gate(tracker, manifest, out_dir / GATES)
         if (out_dir / "model" / "config.json").exists() and self.cfg.tracking.get("register_models", True):
-            from parathink.tracking.registry import register_model
-
             tracker.log_artifact(out_dir / "model", "model")
-            register_model(self.session.client, self.model_name, tracker.run_id, stage=name,
-                           tags={"output_hash": manifest.output_hash})
-        if (out_dir / "results.json").exists():
+            if not failed:  # a model that failed its gate is kept for inspection, never a registry candidate
+                self._register(tracker.run_id, name, manifest)
+        if (out_dir / "results.json").exists() and not failed:
             self._eval_done(tracker, json.loads((out_dir / "results.json").read_text()), out_dir)
-        self.session.close_run(tracker)
+        self.session.close_run(tracker, status="FAILED" if failed else "FINISHED")
+
+    def _log_gate(self, tracker, manifest, gate_dir: Path) -> bool:
+        """Log the gate's metrics and report; whether it failed."""
+        tracker.log_metrics(gate_metrics(manifest.gates))
+        if gate_dir.is_dir():
+            tracker.log_artifact(gate_dir, "gates")
+        if manifest.gates:
+            tracker.set_tags({"parathink.gate": {True: "passed", False: "failed", None: "disabled"}[
+                manifest.gates.get("passed")]})
+        return bool(manifest.gates) and manifest.gates.get("passed") is False
+
+    def _register(self, run_id: str, name: str, manifest) -> None:
+        from parathink.tracking.registry import register_model, versions_of_run
+
+        if name not in versions_of_run(self.session.client, self.model_name, {name: run_id}):
+            register_model(self.session.client, self.model_name, run_id, stage=name,
+                           tags={"output_hash": manifest.output_hash})
+
+    def gate_rechecked(self, name: str, manifest, gate_dir: Path) -> None:
+        """Into the stage's own MLflow run: the new verdict; a model that passes now becomes a registry candidate."""
+        if not self.session._alive(manifest.mlflow_run_id):
+            return  # published under another tracking store: the manifest and _gates/ hold the verdict
+        tracker = self.session.open_run(manifest.mlflow_run_id, name, parent_id=self.parent.run_id)
+        failed = self._log_gate(tracker, manifest, gate_dir)
+        if not failed and any(rel.startswith("model/") for rel in manifest.outputs) \
+                and self.cfg.tracking.get("register_models", True):
+            self._register(tracker.run_id, name, manifest)
+        self.session.close_run(tracker, status="FAILED" if failed else "FINISHED")
 
     def stage_failed(self, name: str, tracker) -> None:
         self.session.close_run(tracker, status="FAILED")

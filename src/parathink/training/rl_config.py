@@ -82,7 +82,7 @@ class RLConfig:
     # mean 6e-3, max 0.1 nats per token), which biases the ratio; fp32 keeps them within 1e-4.
     old_logprobs: str = "engine"
     num_threads: int = 0  # torch CPU threads; 0 keeps torch's default
-    extra: Mapping[str, Any] = field(default_factory=dict)  # keys the stage file adds (``enabled``)
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys the stage file adds (``enabled``, ``gate``)
 
     @property
     def loss_spec(self) -> LossSpec:
@@ -99,7 +99,7 @@ class RLConfig:
         known = {f.name for f in fields(cls)} - {"extra"}
         values = {k: node[k] for k in node if k in known}
         extra = {k: node[k] for k in node if k not in known}
-        unexpected = sorted(set(extra) - {"enabled"})
+        unexpected = sorted(set(extra) - {"enabled", "gate"})  # gate: read by parathink.quality.rl_gate
         if unexpected:
             raise ValueError(f"{stage}.{unexpected[0]}: unknown RL setting")
         if "problems" in values:
