@@ -218,7 +218,10 @@ def _print_urls(args: argparse.Namespace, home: Home) -> None:
           f"(kept in {home.passwords})")
     print("         DAGs: parathink_curriculum (Trigger opens the form), parathink_nightly (paused until you "
           "switch it on)")
-    print(f"MLflow   {mlflow_link(f'http://127.0.0.1:{args.mlflow_port}')}   the runs' store: {args.tracking_uri}")
+    link = mlflow_link(f"http://127.0.0.1:{args.mlflow_port}")
+    print(f"MLflow   {link}")
+    print(f"         the DAG runs' store: {args.tracking_uri}"
+          + ("" if "/runs?" in link else "; MLflow opens in its GenAI view until you pick 'Model training'"))
     print(f"Logs     {home.path / 'logs'}    stop: make airflow-stop")
 
 
@@ -233,7 +236,7 @@ def mlflow_link(base: str, experiment: str = "parathink-tiny") -> str:
         with urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}", timeout=10) as r:
             experiment_id = json.load(r)["experiment"]["experiment_id"]
     except (urllib.error.URLError, OSError, KeyError, ValueError):
-        return f"{base}/#/experiments?workflowType=machine_learning  (pick 'Model training' at the top left)"
+        return f"{base}/#/experiments?workflowType=machine_learning"
     return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
