@@ -7,7 +7,8 @@
   same paths forked from the prompt (structured mode; ParaThinker's grammar, whose block opens the response,
   with the path closers banned so every path runs exactly 128 tokens until the budget closes it).
 - ``max_logprob_diff_*``: engine log-probs against the training forward (``recompute_logprobs``), on the toy
-  model that writes every grammar (``parathink.engine.toy``), fp32.
+  model that writes every grammar (``parathink.engine.toy``), fp32; ``max_logprob_diff_static_*`` for the
+  static-shape decode (what a GPU captures as CUDA graphs, run here without the capture).
 
 Timings interleave the compared runs and keep the best of several (the machine is shared); ratios come from
 one run. ``python benchmarks/bench_engine.py [--quick]``.
@@ -129,24 +130,27 @@ def fork_speedups(model, tok, ks: list[int], path_len: int, rounds: int, sync=No
 
 
 def logprob_diffs(samples_per_prompt: int) -> dict:
+    """Per mode, the eager decode (``max_logprob_diff_<mode>``) and the static-shape one a GPU replays as CUDA
+    graphs (``max_logprob_diff_static_<mode>``)."""
     model, tok = toy_model()
     figures = {}
-    for mode in ("causal", "structured"):
-        worst, tokens, blocks = 0.0, 0, 0
-        for grammar in ("parallel_r1", "npr", "parathinker"):
-            engine = Engine(model, tok, grammar, mode, num_paths=3 if grammar == "npr" else 2)
-            samples = engine.generate([prompt_ids(tok, grammar, i) for i in range(16)],
-                                      SamplingConfig(max_new_tokens=96, seed=0), num_samples=samples_per_prompt)
-            with torch.no_grad():
-                logp, _ = recompute_logprobs(model, engine, samples)
-            for i, s in enumerate(samples):
-                n = len(s.logprobs)
-                worst = max(worst, (logp[i, :n] - torch.tensor(s.logprobs)).abs().max().item())
-                tokens += n
-                blocks += s.num_blocks
-        figures[f"max_logprob_diff_{mode}"] = worst
-        figures[f"logprob_tokens_{mode}"] = tokens
-        figures[f"logprob_forks_{mode}"] = blocks
+    for decode, prefix in (("eager", ""), ("static", "static_")):
+        for mode in ("causal", "structured"):
+            worst, tokens, blocks = 0.0, 0, 0
+            for grammar in ("parallel_r1", "npr", "parathinker"):
+                engine = Engine(model, tok, grammar, mode, num_paths=3 if grammar == "npr" else 2, decode=decode)
+                samples = engine.generate([prompt_ids(tok, grammar, i) for i in range(16)],
+                                          SamplingConfig(max_new_tokens=96, seed=0), num_samples=samples_per_prompt)
+                with torch.no_grad():
+                    logp, _ = recompute_logprobs(model, engine, samples)
+                for i, s in enumerate(samples):
+                    n = len(s.logprobs)
+                    worst = max(worst, (logp[i, :n] - torch.tensor(s.logprobs)).abs().max().item())
+                    tokens += n
+                    blocks += s.num_blocks
+            figures[f"max_logprob_diff_{prefix}{mode}"] = worst
+            figures[f"logprob_tokens_{prefix}{mode}"] = tokens
+            figures[f"logprob_forks_{prefix}{mode}"] = blocks
     return figures
 
 

@@ -430,35 +430,7 @@ class _Run:
 
     def _step(self, logits: torch.Tensor) -> None:
         """Choose every row's next token from its logits [B, V] and update the rows."""
-        logp = torch.log_softmax(logits, -1)  # [B, V] raw, temperature 1: what training recomputes
-        bans = self._plan_budget()
-        shaped = logits if self.bias is None else logits + self.bias
-        if self.seen is not None:
-            in_path = upload([r.path >= 0 for r in self.rows], torch.bool, self.device)[:, None]
-            shaped = torch.where(in_path, penalise_repeats(shaped, self.seen[:len(self.rows)], self.penalty), shaped)
-        if bans:
-            rows_t, toks_t = upload(list(zip(*bans)), torch.long, self.device)
-            shaped = shaped.index_put((rows_t, toks_t), self.neg_inf)
-        drawn = draw(shaped, self.s.temperature, self.s.top_p, self.gen)  # [B]
-        # The token each row scores when the engine, not the sampler, decides it (-1: the drawn one).
-        fixed = []
-        for r in self.rows:
-            if r.done:
-                fixed.append(0)
-            elif r.closing:  # score the token that follows this path in the serialized sequence
-                b = r.seq.block
-                fixed.append(self.g.path_open[r.path + 1][0] if r.path + 1 < len(b.paths) else self.g.block_closers[0])
-            elif r.fork:
-                fixed.append(self.g.path_open[0][0])
-            else:
-                fixed.append(r.forced[0] if r.forced else -1)
-        fixed_t = upload(fixed, torch.long, self.device)
-        scored = torch.where(fixed_t >= 0, fixed_t, drawn)  # [B]
-        values = logp.gather(1, scored[:, None]).squeeze(1)  # [B]
-        # The step's one read back from the device: what the grammar, the budget and the forks depend on.
-        read = torch.stack([scored.double(), values.double()]).tolist()
-        chosen, values = [int(t) for t in read[0]], read[1]
-
+        chosen, values = self._choose(logits)
         remove: list[int] = []
         n = len(self.rows)
         for i in range(n):
@@ -479,6 +451,40 @@ class _Run:
         self._mark_seen()
         if remove:
             self._compact(remove)
+
+    def _choose(self, logits: torch.Tensor) -> tuple[list[int], list[float]]:
+        """Each row's token (drawn, or the one the engine decides) and its raw log-prob, read back to the host in
+        one transfer: the step's one host sync, which the grammar, the budget and the forks depend on."""
+        logp = torch.log_softmax(logits, -1)  # [B, V] raw, temperature 1: what training recomputes
+        bans = self._plan_budget()
+        shaped = logits if self.bias is None else logits + self.bias
+        if self.seen is not None:
+            in_path = upload([r.path >= 0 for r in self.rows], torch.bool, self.device)[:, None]
+            shaped = torch.where(in_path, penalise_repeats(shaped, self.seen[:len(self.rows)], self.penalty), shaped)
+        if bans:
+            rows_t, toks_t = upload(list(zip(*bans)), torch.long, self.device)
+            shaped = shaped.index_put((rows_t, toks_t), self.neg_inf)
+        drawn = draw(shaped, self.s.temperature, self.s.top_p, self.gen)  # [B]
+        fixed = upload(self._fixed(), torch.long, self.device)
+        scored = torch.where(fixed >= 0, fixed, drawn)  # [B]
+        values = logp.gather(1, scored[:, None]).squeeze(1)  # [B]
+        read = torch.stack([scored.double(), values.double()]).tolist()  # token ids are exact in float64
+        return [int(t) for t in read[0]], read[1]
+
+    def _fixed(self) -> list[int]:
+        """The token each row scores when the engine, not the sampler, decides it (-1: the drawn one)."""
+        out = []
+        for r in self.rows:
+            if r.done:
+                out.append(0)
+            elif r.closing:  # score the token that follows this path in the serialized sequence
+                nxt = r.path + 1
+                out.append(self.g.path_open[nxt][0] if nxt < len(r.seq.block.paths) else self.g.block_closers[0])
+            elif r.fork:
+                out.append(self.g.path_open[0][0])
+            else:
+                out.append(r.forced[0] if r.forced else -1)
+        return out
 
     def _take(self, i: int, r: _Row, token: int, lp: float, forced: bool, remove: list[int]) -> None:
         s = r.seq
