@@ -158,12 +158,14 @@ def consistency(part: dict, prompts: int, samples_per_prompt: int, tokens: int) 
 
 
 def engine_tiny(part: dict, stream_tokens: int, ks: list[int], path_len: int, rounds: int) -> None:
-    """bench_engine's one-stream and fork measurements on the tiny model (fp32), the device synchronised."""
+    """bench_engine's one-stream and fork measurements on the tiny model (fp32), the device synchronised, after
+    the CUDA-graph decode is checked against the decode without graphs."""
     model, tok, which = bench_engine.tiny_model()
     model.config.max_position_embeddings = max(model.config.max_position_embeddings, 4096)
     model = model.to(DEVICE)
     sync = torch.cuda.synchronize if DEVICE == "cuda" else None
     part.update(model=which, dtype="float32")
+    gpu_qwen3_4b.decode_check(part.setdefault("decode_check", {}), model, tok, 16, 64)
     part.update(gpu_qwen3_4b.wall_times(bench_engine.one_stream(model, tok, stream_tokens, rounds, sync)))
     part.update(gpu_qwen3_4b.wall_times(bench_engine.fork_speedups(model, tok, ks, path_len, rounds, sync)))
 
@@ -246,8 +248,8 @@ def sections(args) -> dict:
     scale = gpu_qwen3_4b.DRY if dry else gpu_qwen3_4b.QUICK if quick else gpu_qwen3_4b.GPU
     return {
         "environment": (30, environment),
-        "consistency": (60, lambda p: consistency(p, 4 if dry else 16, 1 if dry else 2 if quick else 4,
-                                                  48 if dry else 96)),
+        "consistency": (60, lambda p: consistency(p, 3 if dry else 16, 1 if dry else 2 if quick else 4,
+                                                  40 if dry else 96)),
         "engine_tiny": (60, lambda p: engine_tiny(p, 32 if dry else 256, [2] if dry else [2, 4, 8, 16],
                                                   8 if dry else 128, 1 if dry else 2)),
         "qwen3_4b": (360, lambda p: p.update(gpu_qwen3_4b.run(scale, DEVICE, box))),
@@ -269,6 +271,8 @@ def main() -> int:
     DEVICE, OUT_DIR = args.device, args.out
     default_budget = 3600 if DEVICE == "cpu" else 450 if args.quick else 540
     DEADLINE = time.perf_counter() + (args.budget or default_budget)
+    if DEVICE == "cpu":
+        torch.set_num_threads(1)  # the dry run checks logic; one thread does not fight the other jobs on CI's cores
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device visible (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2

@@ -88,7 +88,7 @@ def run(scale: Scale, device: str, box) -> dict:
                  "dtype": "bfloat16", "vocab": scale.vocab, "params": sum(p.numel() for p in model.parameters()),
                  "weight_bytes_per_step": weight_bytes(model), "scale": dataclasses.asdict(scale)}
     parts = [("ceilings", 30, lambda p: ceilings(p, scale, device)),
-             ("decode_check", 60, lambda p: decode_check(p, model, tok, scale)),
+             ("decode_check", 60, lambda p: decode_check(p, model, tok, scale.prompt_len, max(24, scale.new_tokens // 4))),
              ("decode", 120, lambda p: decode_speeds(p, model, tok, scale, out)),
              ("fork", 45, lambda p: p.update(wall_times(bench_engine.fork_speedups(
                  model, tok, list(scale.fork_ks), scale.path_len, 2, _sync(device))))),
@@ -188,14 +188,14 @@ def _prompts(tok, n: int, length: int, seed: int = 0) -> list[list[int]]:
     return [[rng.choice(ids) for _ in range(length)] for _ in range(n)]
 
 
-def decode_check(part: dict, model, tok, scale: Scale) -> None:
+def decode_check(part: dict, model, tok, prompt_len: int, new_tokens: int) -> None:
     """The CUDA-graph decode samples what the same decode without graphs samples; no host sync inside a step."""
     ids = tok.convert_tokens_to_ids
     # Random weights never open a block: a bias makes the opener and the path closer likely, so forks and merges
     # run through the graphs (the reported log-probs stay the raw ones).
-    sampling = SamplingConfig(max_new_tokens=max(24, scale.new_tokens // 4), batch_size=8, seed=1,
+    sampling = SamplingConfig(max_new_tokens=new_tokens, batch_size=8, seed=1,
                               logit_bias={ids("<Parallel>"): 10.0, ids("</Path>"): 8.0})
-    prompts = _prompts(tok, 8, scale.prompt_len, seed=1)
+    prompts = _prompts(tok, 8, prompt_len, seed=1)
     runs = {}
     for name, kw in (("graphs", {"decode": "static"}), ("static", {"decode": "static", "cuda_graphs": False}),
                      ("eager", {"decode": "eager"})):

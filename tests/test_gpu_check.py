@@ -39,7 +39,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
         assert c[f"bf16_weights_{mode}"]["mean_abs_diff"] > 1e-3
         assert c[f"fp32_weights_bf16_autocast_{mode}"]["mean_abs_diff"] > 1e-3
     tiny = record["engine_tiny"]
-    assert tiny["engine_tok_s"] > 0 and set(tiny["fork_speedup"]) == {"2"}
+    assert tiny["engine_tok_s"] > 0 and set(tiny["fork_speedup"]) == {"2"} and tiny["decode_check"]["passed"]
     assert not any("cpu" in k for k in tiny)  # process CPU time means nothing for GPU work
     q = record["qwen3_4b"]
     assert q["decode_check"]["passed"] and q["decode_check"]["forks"] > 0
