@@ -89,6 +89,7 @@ def in_cgroup(group: Path, code: str) -> int:
     return int(out.stdout.split("threads")[-1])
 
 
+@pytest.mark.slow  # two interpreters that import torch
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the quota must be below the affinity: needs 2 cores")
 def test_parathink_in_a_one_cpu_pod_runs_torch_on_one_thread(one_cpu_cgroup):
     """torch alone sizes its pool from the affinity (every core of the node); through `parathink` it respects the
