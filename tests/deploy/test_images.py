@@ -79,6 +79,8 @@ def test_requirements_are_pinned_and_match_what_the_tests_run():
     mlflow_reqs = (IMAGES / "mlflow" / "requirements.txt").read_text().split()
     mlflow_pin = next(p for p in mlflow_reqs if p.startswith("mlflow=="))
     assert mlflow_pin == f"mlflow=={version('mlflow')}"  # the server image runs the MLflow the tests run
+    trainer = (IMAGES / "trainer" / "requirements.txt").read_text().split()
+    assert f"kfp=={version('kfp')}" in trainer  # the components' executor is the KFP the pipeline compiles with
 
 
 def test_dockerignore_keeps_runs_and_venvs_out_and_what_copy_needs_in():
@@ -127,6 +129,8 @@ def test_trainer_install_steps_run_stages_outside_the_checkout(wheel, tmp_path):
     assert (run_dir / "filter" / "_manifest.json").exists() and (run_dir / "filter" / "accepted.jsonl").exists()
     where = run([py, "-c", "import parathink.config as c; print(c.config_dir())"], work, env).stdout.strip()
     assert where.startswith(str(tmp_path / "venv")), where  # the wheel's configs, not the checkout's
+    # A KFP component's pod starts KFP's executor in this image before it runs `parathink stage`.
+    run([py, "-c", "import kfp.dsl.executor_main"], work, env)
 
 
 @pytest.fixture(scope="module")
