@@ -115,7 +115,8 @@ def test_sigkill_during_two_stages_then_resume(tmp_path):
 # The same with the real stages: base -> teacher -> filter -> sft -> rl_hard at tiny settings.
 
 REAL = ["stages=[base,teacher,filter,sft,rl_hard]", "teacher.backend=scripted", "teacher.limit=48",
-        "filter.gate.data_docs=false",
+        "filter.gate.data_docs=false", "teacher.gate.data_docs=false",
+        "base.gate.enabled=false", "sft.gate.enabled=false", "rl_hard.gate.enabled=false",  # 4 steps learn nothing
         "sft.max_steps=4", "sft.save_steps=1", "sft.global_batch=8", "sft.micro_batch=8", "sft.max_minutes=0",
         "rl_hard.init_from=sft", "rl_hard.steps=3", "rl_hard.prompts_per_step=2", "rl_hard.group_size=2",
         "rl_hard.token_budget=112", "rl_hard.checkpoint_every=1", "rl_hard.max_minutes=0"]

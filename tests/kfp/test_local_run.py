@@ -23,12 +23,14 @@ def test_local_run_gate_stop_and_rerun(tmp_path):
     assert (run_dir / "filter" / "accepted.jsonl").stat().st_size > 0
     published = (run_dir / "filter" / "_manifest.json").read_text()
 
-    # An unreachable gate: the pipeline stops at filter with exit 3, as `parathink run` does; nothing is published.
+    # An unreachable gate: the pipeline stops at filter with exit 3, as `parathink run` does. The threshold is not part
+    # of the config hash: the published traces are judged again, not filtered again, and keep their output hash.
     gated = _run_local(run_dir, "filter.gate.min_accepted=100000")
     assert gated.returncode == 3, gated.stderr[-3000:]
     assert gated.stderr.strip().splitlines()[-1] == "parathink: error: the pipeline stopped at stage filter (exit 3)"
     assert "quality gate failed" in gated.stdout and "report.json" in gated.stdout
-    assert (run_dir / "filter" / "_manifest.json").read_text() == published
+    judged = json.loads((run_dir / "filter" / "_manifest.json").read_text())
+    assert judged["gates"]["passed"] is False and judged["output_hash"] == json.loads(published)["output_hash"]
 
     # KFP caching is off; the manifests decide. Same parameters, so a KFP cache would have served both tasks from
     # the first run; the runner skips teacher (unchanged) and reruns filter, whose published output was altered.

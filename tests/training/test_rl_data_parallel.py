@@ -125,7 +125,7 @@ def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt
     proc = torchrun("-m", "parathink.stages.runner", "stage", s, f"run_dir={run}", "tracking=none",
                     f"{s}.steps=3", f"{s}.prompts_per_step=4", f"{s}.group_size=2", f"{s}.token_budget=100",
                     f"{s}.problems.n=16", f"{s}.checkpoint_every=2", f"{s}.probe_prompts=3", f"{s}.max_minutes=0",
-                    f"{s}.deepspeed={shipped(launch)}",
+                    f"{s}.deepspeed={shipped(launch)}", f"{s}.gate.min_probe_reward=null",  # untrained: reward -1
                     port=port)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{s}: running on 2 processes" in proc.stderr

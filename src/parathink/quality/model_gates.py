@@ -22,6 +22,11 @@ SFT_KEYS = {"min_parallel_rate": "rate", "min_valid_rate": "rate", "max_accuracy
             "full_schedule": "bool", "probe": "mapping"}
 
 
+def stage_model(stage: str, output_hash: str | None) -> str:
+    """A published model's identity in the probe cache: the same whichever gate probes it (base's, then sft's)."""
+    return f"stage:{stage}:{output_hash}"
+
+
 def _probe(model_dir: Path | str, model_id: str, spec: ProbeSpec, cfg, out: GateInput) -> tuple[dict, str]:
     figures, cached = cached_sample(model_dir, model_id, spec, str(cfg.format), out.seed, out.cache_dir)
     note = f"{int(figures['n'])} samples{', cached' if cached else ''}"
@@ -31,7 +36,7 @@ def _probe(model_dir: Path | str, model_id: str, spec: ProbeSpec, cfg, out: Gate
 def base_gate(cfg, out: GateInput) -> list[Expectation]:
     g = gate_section(cfg, "base")
     spec = ProbeSpec.from_cfg(g["probe"], "base.gate.probe")
-    figures, note = _probe(out.folder / "model", out.output_hash, spec, cfg, out)
+    figures, note = _probe(out.folder / "model", stage_model("base", out.output_hash), spec, cfg, out)
     return [at_least("probe_accuracy", figures["accuracy"], g["min_accuracy"], note)]
 
 
@@ -42,7 +47,7 @@ def _start_model(cfg, out: GateInput) -> tuple[Path | str, str, str]:
 
     stage = start_stage(cfg)
     if stage is not None:
-        return out.resolve_input(stage) / "model", f"stage:{stage}:{out.input_hash(stage)}", stage
+        return out.resolve_input(stage) / "model", stage_model(stage, out.input_hash(stage)), stage
     source = resolve_source(str(cfg.sft.init))
     identity = folder_fingerprint(source) if isinstance(source, Path) else str(source)
     return source, f"source:{cfg.sft.init}:{identity}", str(cfg.sft.init)
@@ -52,14 +57,15 @@ def _schedule(out: GateInput) -> Expectation:
     steps, planned = out.metrics.get("steps"), out.metrics.get("planned_steps")
     if steps is None or planned is None:
         return not_applicable("steps", "the stage recorded no planned_steps")
-    return equals("steps", int(steps), int(planned), "sft.max_minutes cut the schedule; 0 = no cap")
+    cut = int(steps) != int(planned)
+    return equals("steps", int(steps), int(planned), "sft.max_minutes cut the schedule; 0 = no cap" if cut else "")
 
 
 def sft_gate(cfg, out: GateInput) -> list[Expectation]:
     g = gate_section(cfg, "sft")
     spec = ProbeSpec.from_cfg(g["probe"], "sft.gate.probe")
     checks = [_schedule(out) if g["full_schedule"] else not_applicable("steps", "sft.gate.full_schedule=false")]
-    figures, note = _probe(out.folder / "model", out.output_hash, spec, cfg, out)
+    figures, note = _probe(out.folder / "model", stage_model("sft", out.output_hash), spec, cfg, out)
     checks += [at_least("probe_parallel_rate", figures["parallel_rate"], g["min_parallel_rate"], note),
                at_least("probe_valid_rate", figures["valid_rate"], g["min_valid_rate"], note)]
     if g["max_accuracy_drop"] is None:

@@ -1,0 +1,17 @@
+"""The eval stage with a planted bug, for the eval gate's test: after the real evaluation, results.json loses every
+model's ``hard`` set (as an eval that stopped half-way but still wrote its results would)."""
+
+import json
+
+from parathink.stages.eval import GATE_KEYS, gate, validate  # noqa: F401  (the runner's)
+from parathink.stages.eval import run as evaluate
+
+
+def run(cfg, ctx):
+    metrics = evaluate(cfg, ctx)
+    path = ctx.out_dir / "results.json"
+    results = json.loads(path.read_text())
+    for sets in results["stages"].values():
+        sets.pop("hard", None)
+    path.write_text(json.dumps(results))
+    return metrics
