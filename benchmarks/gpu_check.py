@@ -204,7 +204,8 @@ def stages(part: dict, src: Path, quick: bool) -> None:
     rl = [f"grpo_baseline.steps={steps}", "grpo_baseline.probe_prompts=16", "grpo_baseline.mixed_precision=bf16"]
     plan = [
         ("bf16", "sft", ["sft.precision=bf16", "sft.max_minutes=2.0" if not quick else "sft.max_steps=40"], None),
-        ("bf16", "rl_easy", ["rl_easy.mixed_precision=bf16", f"rl_easy.steps={steps}", "rl_easy.probe_prompts=16"], None),
+        ("bf16", "rl_easy", ["rl_easy.mixed_precision=bf16", f"rl_easy.steps={steps}", "rl_easy.probe_prompts=16"],
+         None),
         ("bf16", "grpo_baseline", rl, None),
         ("bf16", "eval", ["eval.sets.easy.n=100", "eval.sets.hard.n=100", "eval.sets.easy.k=4", "eval.sets.hard.k=4",
                           "eval.models=[base,sft,rl_easy,grpo_baseline]"], None),
@@ -212,7 +213,8 @@ def stages(part: dict, src: Path, quick: bool) -> None:
         ("deepspeed", "grpo_baseline", [*rl, "grpo_baseline.old_logprobs=recompute", f"grpo_baseline.deepspeed={z2b}"],
          env2b),
         # ZeRO-3: the model built partitioned, the engine's whole copy synced after each step.
-        ("zero3", "grpo_baseline", [*rl, "grpo_baseline.old_logprobs=recompute", f"grpo_baseline.deepspeed={z3}"], env3),
+        ("zero3", "grpo_baseline", [*rl, "grpo_baseline.old_logprobs=recompute", f"grpo_baseline.deepspeed={z3}"],
+         env3),
     ]
     for run, name, overrides, env in plan:
         key = f"{run}/{name}"
@@ -252,7 +254,7 @@ def sections(args) -> dict:
                                                   40 if dry else 96)),
         "engine_tiny": (60, lambda p: engine_tiny(p, 32 if dry else 256, [2] if dry else [2, 4, 8, 16],
                                                   8 if dry else 128, 1 if dry else 2)),
-        "qwen3_4b": (360, lambda p: p.update(gpu_qwen3_4b.run(scale, DEVICE, box))),
+        "qwen3_4b": (400, lambda p: p.update(gpu_qwen3_4b.run(scale, DEVICE, box))),
         "stages": (300, lambda p: stages(p, args.run_dir, quick)),
     }
 
@@ -327,7 +329,8 @@ def summary(f: dict) -> str:
             lines.append(f"stage {k}: {v['wall_s']} s {keep}")
     for name in f["failed_sections"]:
         part = f[name]
-        errors = [part.get("error")] + [f"{k}: {v['error']}" for k, v in part.items() if isinstance(v, dict) and "error" in v]
+        errors = [part.get("error")] + [f"{k}: {v['error']}" for k, v in part.items()
+                                        if isinstance(v, dict) and "error" in v]
         lines.append(f"FAILED {name}: " + " | ".join(e[:400] for e in errors if e))
     return "\n".join(lines)
 
@@ -336,12 +339,14 @@ def _summary_4b(q: dict) -> list[str]:
     lines = []
     c = q.get("ceilings", {})
     if "bandwidth_gb_s" in c:
-        lines.append(f"qwen3_4b ceilings: copy {c['bandwidth_gb_s']:.0f} GB/s, bf16 matmul {c['matmul_tflops']:.0f} TFLOP/s")
+        lines.append(f"qwen3_4b ceilings: copy {c['bandwidth_gb_s']:.0f} GB/s, "
+                     f"bf16 matmul {c['matmul_tflops']:.0f} TFLOP/s")
     d = q.get("decode_check", {})
     if "passed" in d:
         lines.append(f"qwen3_4b decode_check: passed={d['passed']} ({d['forks']} forks; graphs vs eager "
                      f"{d['graphs_vs_eager_same_samples']:.2f} same samples; host syncs per step "
-                     f"{d.get('host_syncs_per_step', 'n/a')}, inside the decode step {d.get('decode_step_host_syncs', 'n/a')})")
+                     f"{d.get('host_syncs_per_step', 'n/a')}, inside the decode step "
+                     f"{d.get('decode_step_host_syncs', 'n/a')})")
     for b, row in q.get("decode", {}).items():
         if isinstance(row, dict) and "generate_tok_s" in row:
             frac = row.get("engine_bandwidth_fraction")

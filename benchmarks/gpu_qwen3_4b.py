@@ -13,9 +13,9 @@ gpu_check), so one failure or slowness leaves the others:
 - ``decode``: tokens/s at each batch for the engine and for transformers' ``generate`` with its static cache
   (compilation off: its auto-compile recompiles per batch for minutes), each as a fraction of the bandwidth limit
   (batch x bandwidth / weight bytes read per step); the engine without graphs at the headline batch.
-- ``fork``: bench_engine's fork speed-ups (K paths decoded as rows against one stream).
 - ``sft``: tokens/s and MFU of the structured collator's batch (4-D mask, restarted positions) at ``sft_len``
   tokens, bf16 weights and AdamW; which SDPA kernel runs with the 4-D mask (read from the profiler).
+- ``fork``: bench_engine's fork speed-ups (K paths decoded as rows against one stream).
 - ``rl``: one RL step (64 prompts x 8, 1,024 new tokens): the rollout, then the update with the engine's old
   log-probs and again with ``old_logprobs=recompute``, through ``parathink.training.rl`` itself.
 Every part records its peak GPU memory. ``Scale`` holds the sizes: the real ones, and toy ones with which
@@ -88,11 +88,12 @@ def run(scale: Scale, device: str, box) -> dict:
                  "dtype": "bfloat16", "vocab": scale.vocab, "params": sum(p.numel() for p in model.parameters()),
                  "weight_bytes_per_step": weight_bytes(model), "scale": dataclasses.asdict(scale)}
     parts = [("ceilings", 30, lambda p: ceilings(p, scale, device)),
-             ("decode_check", 60, lambda p: decode_check(p, model, tok, scale.prompt_len, max(24, scale.new_tokens // 4))),
+             ("decode_check", 60, lambda p: decode_check(p, model, tok, scale.prompt_len,
+                                                         max(24, scale.new_tokens // 4))),
              ("decode", 120, lambda p: decode_speeds(p, model, tok, scale, out)),
+             ("sft", 60, lambda p: sft(p, model, tok, scale)),
              ("fork", 45, lambda p: p.update(wall_times(bench_engine.fork_speedups(
                  model, tok, list(scale.fork_ks), scale.path_len, 2, _sync(device))))),
-             ("sft", 60, lambda p: sft(p, model, tok, scale)),
              ("rl", 170, lambda p: rl_step(p, model, tok, scale))]
     for name, seconds, fn in parts:
         box(out.setdefault(name, {}), seconds, fn)
@@ -376,7 +377,8 @@ def sft(part: dict, model, tok, scale: Scale) -> None:
         model.zero_grad(set_to_none=True)
         model.eval()
     cfg = model.config
-    flops = 6 * matmul_params(model) + 12 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim * scale.sft_len
+    attention = 12 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim * scale.sft_len
+    flops = 6 * matmul_params(model) + attention
     part.update(sequence=scale.sft_len, tokens_per_step=tokens, step_s=seconds, tokens_per_s=tokens / seconds,
                 flops_per_token=flops, tflops=tokens / seconds * flops / 1e12,
                 mfu=tokens / seconds * flops / BF16_DENSE_PEAK if device.type == "cuda" else None)

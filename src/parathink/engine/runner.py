@@ -96,7 +96,8 @@ class HFRunner:
         b, t = tokens.shape
         dtype = next(self.model.parameters()).dtype
         allowed = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril_()[None, None].expand(b, 1, t, t)
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         logits = self._call(tokens, positions, mask, _CacheView(cache, t, row0=row0), path_ids)  # [B, T, V]
         return logits[torch.arange(b, device=logits.device), last]
 
