@@ -81,6 +81,11 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+def _remaining() -> float:
+    """Seconds left to the innermost open box (or the call's deadline)."""
+    return min([DEADLINE, *_limits]) - time.perf_counter()
+
+
 def box(part: dict, seconds: float, fn) -> bool:
     """Run ``fn(part)`` under a time box; record in ``part`` its seconds, peak GPU memory and any error (with the
     traceback); True when it finished. Skipped when the call's time is spent."""
@@ -170,7 +175,7 @@ def engine_tiny(part: dict, stream_tokens: int, ks: list[int], path_len: int, ro
     part.update(gpu_qwen3_4b.wall_times(bench_engine.fork_speedups(model, tok, ks, path_len, rounds, sync)))
 
 
-def _stage(run_dir: Path, name: str, overrides: list[str], env: dict | None = None, timeout: int = 300) -> dict:
+def _stage(run_dir: Path, name: str, overrides: list[str], env: dict | None, timeout: float) -> dict:
     cmd = [sys.executable, "-m", "parathink.cli", "stage", name, f"run_dir={run_dir}", "tracking=none", *overrides]
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
@@ -218,11 +223,15 @@ def stages(part: dict, src: Path, quick: bool) -> None:
     ]
     for run, name, overrides, env in plan:
         key = f"{run}/{name}"
+        # The stage's own timeout ends before the section's box, so that subprocess.run kills the stage it started
+        # (an alarm raised while it spawns one would leave the child running).
+        seconds = min(300.0, _remaining() - 5)
         try:
-            with time_limit(300):
-                part[key] = _stage(runs[run], name, overrides, env)
+            if seconds < 10:
+                raise OutOfTime("skipped: the section's time is spent")
+            part[key] = _stage(runs[run], name, overrides, env, timeout=seconds)
         except Exception as e:
-            part[key] = {"error": str(e)[-3000:]}
+            part[key] = {"error": f"{type(e).__name__}: {e}"[-3000:]}
         print(f"[gpu_check] stage {key}: {'FAILED' if 'error' in part[key] else part[key]['wall_s']}", flush=True)
     results = runs["bf16"] / "eval" / "results.json"
     if results.exists():
