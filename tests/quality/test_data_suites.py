@@ -38,7 +38,8 @@ def test_good_set_passes_and_renders_data_docs(tmp_path):
 
 
 def test_bad_set_fails_with_observed_values(tmp_path):
-    items = _records(2) + [(9, {"id": "x", "source": "s", "problem": "q", "answer": "5", "response": "<Path> stray"})] * 3
+    stray = {"id": "x", "source": "s", "problem": "q", "answer": "5", "response": "<Path> stray"}
+    items = _records(2) + [(9, stray)] * 3
     result = filter_records(items, FilterConfig(one_per_problem=False))
     # A permissive filter let a duplicate and an over-long trace through: the gate must still catch them.
     dup = result.accepted[0]

@@ -60,7 +60,7 @@ def test_a_failed_gate_publishes_stops_and_a_threshold_fix_reevaluates_only(curr
     published = manifest(curriculum, "train")["output_hash"]
     assert runner.main_run(gated(curriculum, min_value=13)) == 0  # the threshold fixed: re-evaluated, not re-run
     assert curriculum.ran() == ["prep", "train", "tune", "tune"]  # tune: the refused call above, then this run
-    assert "train: evaluating its gate on the published output (new thresholds)" in capsys.readouterr().err
+    assert "train: evaluating its gate on the published output (its gate settings changed)" in capsys.readouterr().err
     after = manifest(curriculum, "train")
     assert after["output_hash"] == published and after["gates"]["passed"] is True
     assert after["gates"]["config"]["min_value"] == 13
@@ -96,3 +96,20 @@ def test_bad_thresholds_are_one_line_before_any_stage(curriculum, capsys):
     assert runner.main_run(gated(curriculum, "train.gate.min_value=lots")) == 2
     assert capsys.readouterr().err.strip() == "parathink: error: train.gate.min_value: must be a number, got 'lots'"
     assert curriculum.ran() == []
+
+
+def test_on_s3_a_failed_verdict_is_published_and_a_new_threshold_republishes_it(curriculum, tmp_path):
+    from parathink import storage
+    from parathink.storage.testing import moto_s3
+
+    with moto_s3("runs"):
+        curriculum.run_dir = "s3://runs/exp1"
+        cache = f"cache_dir={tmp_path / 'cache'}"
+        assert runner.main_run(gated(curriculum, cache, min_value=100)) == 3
+        uri = "s3://runs/exp1/train"
+        assert json.loads(storage.read_text(f"{uri}/_manifest.json"))["gates"]["passed"] is False
+        assert "| value | 13 | >= 100 | FAIL | value.txt |" in storage.read_text(f"{uri}/_gates/report.md")
+        assert runner.main_run(gated(curriculum, cache, min_value=10)) == 0
+        assert json.loads(storage.read_text(f"{uri}/_manifest.json"))["gates"]["passed"] is True
+        assert "| value | 13 | >= 10 | pass |" in storage.read_text(f"{uri}/_gates/report.md")
+        assert curriculum.ran() == ["prep", "train", "tune"]

@@ -58,7 +58,7 @@ def test_an_sft_that_has_not_learnt_the_format_stops_the_run_then_a_threshold_fi
     relaxed = ["sft.gate.min_parallel_rate=0", "sft.gate.min_valid_rate=0", "sft.gate.max_accuracy_drop=null"]
     assert run(tmp_path, "stages=[base,teacher,filter,sft]", *DATA, *sft, *relaxed) == 0
     err = capsys.readouterr().err
-    assert "sft: evaluating its gate on the published output (new thresholds)" in err
+    assert "sft: evaluating its gate on the published output (its gate settings changed)" in err
     assert ": running" not in err and gates(tmp_path, "sft")["passed"] is True
 
 
@@ -79,7 +79,8 @@ def test_an_rl_stage_whose_loss_went_nonfinite_stops_the_run_and_a_fix_reruns_on
     r = "rl_easy"
     over = ["stages=[base,rl_easy,eval]", f"{r}.init_from=base", f"{r}.reward=accuracy", f"{r}.steps=3",
             f"{r}.prompts_per_step=2", f"{r}.group_size=2", f"{r}.token_budget=100", f"{r}.problems.n=8",
-            f"{r}.probe_prompts=4", f"{r}.max_minutes=0", f"{r}.gate.min_parallel_rate=null", "eval.models=[base,rl_easy]",
+            f"{r}.probe_prompts=4", f"{r}.max_minutes=0", f"{r}.gate.min_parallel_rate=null",
+            "eval.models=[base,rl_easy]",
             *EVAL]
     assert run(tmp_path, *over) == 3
     assert checks(tmp_path, r)["nonfinite_steps"] == {**checks(tmp_path, r)["nonfinite_steps"], "observed": 1,
@@ -97,7 +98,8 @@ def test_an_rl_stage_whose_loss_went_nonfinite_stops_the_run_and_a_fix_reruns_on
 
 @pytest.mark.slow
 def test_an_eval_with_a_missing_set_fails_its_gate(tmp_path, capsys):
-    over = ["stages=[base,eval]", f"+stage_modules.eval={PARTIAL_EVAL}", "eval.models=[base]", "base.gate.enabled=false",
+    over = ["stages=[base,eval]", f"+stage_modules.eval={PARTIAL_EVAL}", "eval.models=[base]",
+            "base.gate.enabled=false",
             *EVAL]
     assert run(tmp_path, *over) == 3
     got = checks(tmp_path, "eval")["sets_complete"]

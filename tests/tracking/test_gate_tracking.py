@@ -12,7 +12,8 @@ GATED = str(Path(__file__).parents[1] / "stages" / "gated_stage.py")
 
 def overrides(c, min_value):
     return c.overrides(f"tracking.uri={c.uri}", f"stage_modules.train={GATED}", "+train.gate.enabled=true",
-                       f"+train.gate.min_value={min_value}", "+train.gate.crash=false", stages=("prep", "train", "tune"))
+                       f"+train.gate.min_value={min_value}", "+train.gate.crash=false",
+                       stages=("prep", "train", "tune"))
 
 
 def _train_run(client):

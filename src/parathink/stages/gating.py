@@ -99,8 +99,8 @@ def _show(verdict: Verdict) -> None:
 def recheck(cfg, name: str, module: ModuleType, rundir, manifest: Manifest, tracking) -> None:
     """Evaluate the gate of an up-to-date published output again (new thresholds, or no verdict yet) and publish
     the new verdict beside it; the outputs and their hash are left as they are."""
-    log(f"{name}: evaluating its gate on the published output "
-        f"({'new thresholds' if manifest.gates and not manifest.gates.get('error') else 'no verdict yet'})")
+    why = "its gate settings changed" if manifest.gates and not manifest.gates.get("error") else "no verdict yet"
+    log(f"{name}: evaluating its gate on the published output ({why})")
     gate_dir = rundir.fresh_tmp(f"{name}.{GATES}")
     try:
         record, error = evaluate(cfg, name, module, rundir.resolve_input(name), gate_dir, manifest, rundir)
