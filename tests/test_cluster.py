@@ -48,10 +48,10 @@ def test_bad_profile_values_name_the_key(override, message):
 
 
 def test_plan_prints_stages_and_placement_as_json(capsys):
-    assert cli.main(["plan", "experiment=parallel_r1_seen", "run_dir=s3://b/runs/x", "seed=3"]) == 0
+    assert cli.main(["plan", "experiment=parallel_r1_seen", "run_dir=s3://parathink-runs/x", "seed=3"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["stages"] == ["base", "teacher", "filter", "sft", "rl_easy", "rl_hard", "eval"]
-    assert doc["run_dir"] == "s3://b/runs/x" and doc["seed"] == 3 and doc["cluster"]["name"] == "gpu"
+    assert doc["run_dir"] == "s3://parathink-runs/x" and doc["seed"] == 3 and doc["cluster"]["name"] == "gpu"
     assert doc["placement"]["rl_hard"]["gpus_per_node"] == 8 and not doc["placement"]["base"]["gpu"]
     assert doc["tracking"]["backend"] == "mlflow"
 
