@@ -24,11 +24,16 @@ TRACE = "<Parallel>\n<Path>\nA\n</Path>\n<Path>\nB\n</Path>\n</Parallel>\n<Summa
 
 
 class FakeOpenAI:
-    """Answers /v1/chat/completions; ``fail_first`` requests get 503, after ``serve_only`` successes all get 503."""
+    """Answers /v1/chat/completions; ``fail_first`` requests get 503, after ``serve_only`` successes all get 503.
 
-    def __init__(self, delay=0.0, fail_first=0, serve_only=None, content=TRACE.format(7)):
+    ``hold_until=N`` keeps the first requests waiting (up to 10 s) until N are in flight at once, so a test of the
+    client's concurrency does not depend on how fast a loaded machine schedules its threads.
+    """
+
+    def __init__(self, delay=0.0, fail_first=0, serve_only=None, content=TRACE.format(7), hold_until=0):
         self.delay, self.fail_first, self.serve_only, self.content = delay, fail_first, serve_only, content
-        self.lock = threading.Lock()
+        self.hold_until = hold_until
+        self.lock = threading.Condition()
         self.requests = self.successes = self.in_flight = self.max_in_flight = 0
         self.problems_served: list[str] = []
         outer = self
@@ -44,6 +49,8 @@ class FakeOpenAI:
                     n = outer.requests
                     outer.in_flight += 1
                     outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                    outer.lock.notify_all()
+                    outer.lock.wait_for(lambda: outer.max_in_flight >= outer.hold_until, timeout=10)
                 try:
                     time.sleep(outer.delay)
                     with outer.lock:
@@ -91,7 +98,7 @@ def _teacher(url, sleeps=None, **kw):
 
 def test_concurrent_requests_fill_the_window():
     problems = synthetic.generate("easy", "train", 24)
-    with FakeOpenAI(delay=0.1) as server:
+    with FakeOpenAI(delay=0.05, hold_until=8) as server:
         out = list(_teacher(server.url, concurrency=8).generate(problems))
     assert sorted(r["id"] for r in out) == sorted(p["id"] for p in problems)
     assert server.max_in_flight == 8 and server.requests == 24
