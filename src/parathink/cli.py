@@ -6,7 +6,7 @@
     parathink demo                          the tiny curriculum and its table
     parathink plan [overrides...]           validate, then print the stages and their placement as JSON
     parathink unlock RUN_DIR STAGE...       break the lock of a stage whose process is gone
-    parathink promote ... / compare RUN_A RUN_B
+    parathink promote ... / compare RUN_A RUN_B [RUN...]
     parathink kfp compile|run|submit ...    the curriculum as a Kubeflow pipeline
     parathink data describe SPEC            what a problem-source spec reads (JSON)
 
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("plan", "parathink.stages.runner", "main_plan",
          "validate the config and print each stage's placement (JSON): what orchestrators read"),
         ("promote", "parathink.tracking.registry", "main_promote", "move the champion alias if the candidate wins"),
-        ("compare", "parathink.tracking.compare", "main_compare", "print two runs' tables side by side"),
+        ("compare", "parathink.tracking.compare", "main_compare", "print runs' tables side by side (two or more)"),
         ("kfp", "parathink.kfp.cli", "main", "Kubeflow Pipelines: compile | run --local | submit the curriculum"),
         ("data", "parathink.data.cli", "main", "problem sets: describe SPEC (what a source spec reads)"),
     ]:

@@ -115,8 +115,8 @@ def test_replay_adds_synthetic_traces_to_the_filters(run_root):
             sft_stage.validate(config(f"sft.{key}.n=-1"))
         with pytest.raises(ConfigError, match=f"{key}.level"):
             sft_stage.validate(config(f"sft.{key}.n=4", f"sft.{key}.level=medium"))
-        with pytest.raises(ConfigError, match="parallel_r1 blocks"):
-            sft_stage.validate(config(f"sft.{key}.n=4", "format=npr"))
+        with pytest.raises(ConfigError, match=f"{key}.fork"):
+            sft_stage.validate(config(f"sft.{key}.n=4", f"sft.{key}.fork=late"))
 
 
 def test_replay_kinds_draw_distinct_problems_none_of_the_traces():

@@ -16,7 +16,9 @@ after the last path. Forced tokens (opening tags, closers, budget closers) carry
 The budget ``max_new_tokens`` counts every token of every branch (forced ones too) and always leaves room for
 the closers the open tags owe; when it runs out the engine writes them and stops (finish_reason "length").
 Before a fork it checks the block can still be closed (and NPR's ``min_fork_budget``); if not, the opener is
-not sampled. Inside a path the model cannot end the sequence (EOS is not sampled there); with ParaThinker,
+not sampled. Inside a path the model cannot end the sequence (EOS is not sampled there) nor close it with another
+path's tag (ParaThinker's thought i ends at ``</think{i}>``; a model trained on relabelled thoughts may reach for
+another label, and a thought closed by ``</think1>`` breaks the trace); with ParaThinker,
 whose block opens the response, a later thought tag is not sampled outside a block. Such bans shape only what
 is sampled; the reported log-probs stay the raw ones. Tags the model writes inside a path are path text, as
 the layout reads them.
@@ -259,6 +261,8 @@ class _Run:
         self.seen = torch.zeros(rows, vocab, dtype=torch.bool, device=device) if self.penalty != 1.0 else None
         self.eos = set(engine.eos)
         self.path_close = engine.tags.path_close if engine.tags is not None else frozenset()
+        # Per path: the closers that are not its own (none where every path closes with one tag: </Path>, </step>).
+        self.other_closers = [sorted(set(self.path_close) - {c}) for c in self.g.path_close] if self.g else []
         self.bias = None
         if sampling.logit_bias:
             bias = torch.zeros(vocab)
@@ -381,7 +385,7 @@ class _Run:
                 if r.forced:
                     continue
                 if r.path >= 0:
-                    bans += [(i, t) for t in self.eos]
+                    bans += [(i, t) for t in (*self.eos, *self.other_closers[r.path])]
                     continue
                 bans += self._main_bans(i, s, left)
         return bans

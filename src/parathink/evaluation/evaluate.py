@@ -7,12 +7,13 @@ hand-written responses through exactly the same code as the eval stage.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Sequence
 
 from parathink.data.prompts import build_prompt
 from parathink.evaluation.metrics import best_at_k, maj_at_k, majority, mean_at_k, mean_pass_at_k
 from parathink.formats import parse
-from parathink.formats.metrics import relative_position, summarize
+from parathink.formats.metrics import paths_histogram, relative_position, summarize
 from parathink.grading import grade
 
 TextGenerator = Callable[[Sequence[str], int], list[list[str]]]
@@ -75,7 +76,8 @@ def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> dict:
     samples = [s for p in problems for s in p["samples"]]
     k = min([k] + [len(row) for row in correct]) if correct else k
     # Reparse is cheap next to generation; it keeps the behaviour metrics in formats.metrics alone.
-    fmt = summarize([parse(s["response"], grammar) for s in samples])
+    traces = [parse(s["response"], grammar) for s in samples]
+    fmt = summarize(traces)
     positions = [s["relative_position"] for s in samples if s["relative_position"] is not None]
     par = [s for s in samples if s["parallel"]]
     return {
@@ -86,6 +88,7 @@ def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> dict:
         # token-based when a tokenizer scored the samples (score_sample), else characters
         "relative_position": sum(positions) / len(positions) if positions else None,
         "blocks_per_trace": fmt.blocks_per_trace, "paths_per_block": fmt.paths_per_block,
+        "paths_hist": {str(n): share for n, share in paths_histogram(traces).items()},  # NPR: plans per block
         "response_length": sum(s["length"] for s in samples) / len(samples) if samples else 0.0,
         "accuracy_parallel": sum(s["correct"] for s in par) / len(par) if par else None,
         **path_metrics(samples),
@@ -94,15 +97,21 @@ def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> dict:
 
 def evaluate_set(records: Sequence[dict], generate: TextGenerator, k: int, *, grammar: str = "parallel_r1",
                  tokenizer: Any = None, batch_problems: int = 64, progress=None) -> tuple[list[dict], dict]:
-    """(per-problem records, summary row) for ``records`` with ``k`` samples each."""
+    """(per-problem records, summary row) for ``records`` with ``k`` samples each; the row's ``seconds_per_sample``
+    is the wall time spent generating over the samples drawn (scoring excluded)."""
     problems: list[dict] = []
+    seconds = 0.0
     for i in range(0, len(records), batch_problems):
         chunk = records[i:i + batch_problems]
         prompts = [build_prompt(r["problem"], tokenizer) for r in chunk]
+        t0 = time.perf_counter()
         outputs = generate(prompts, k)
+        seconds += time.perf_counter() - t0
         if len(outputs) != len(chunk) or any(len(o) != k for o in outputs):
             raise RuntimeError(f"generator returned {[len(o) for o in outputs]} samples for {len(chunk)} prompts x {k}")
         problems += [score_problem(r, out, grammar, tokenizer) for r, out in zip(chunk, outputs)]
         if progress is not None:
             progress.update(len(chunk) * k)
-    return problems, summarize_set(problems, k, grammar)
+    summary = summarize_set(problems, k, grammar)
+    summary["seconds_per_sample"] = seconds / max(1, len(records) * k)
+    return problems, summary

@@ -1,4 +1,5 @@
-"""The results table (the paper's Table 2 at toy scale): rows are stages, columns the headline metrics."""
+"""The results tables: the paper's Table 2 at toy scale (rows are stages, columns the headline metrics), ParaThinker's
+accuracy against the number of paths (rows ``<set>@N``), NPR's plans per block, and several runs stacked."""
 
 from __future__ import annotations
 
@@ -13,11 +14,27 @@ def ordered_stages(results: dict) -> list[str]:
     return [s for s in STAGE_ORDER if s in stages] + sorted(s for s in stages if s not in STAGE_ORDER)
 
 
+# ParaThinker-1.5B's average accuracy (REFERENCE.md): sequential, then 2 / 4 / 8 paths.
+PARATHINKER_1P5B = {"sequential": 50.9, 2: 54.9, 4: 59.9, 8: 63.2}
+
+
 def set_names(results: dict) -> list[str]:
+    """The test sets, in order; the rows at a number of paths (``easy@4``) are ``path_rows``' business."""
     seen: list[str] = []
     for sets in results.get("stages", {}).values():
-        seen.extend(s for s in sets if s not in seen)
+        seen.extend(s for s in sets if s not in seen and "@" not in s)
     return seen
+
+
+def path_rows(results: dict) -> dict[str, dict[str, dict[int, dict]]]:
+    """{stage: {set: {paths: row}}} of the rows scored at a number of paths (``<set>@N``)."""
+    out: dict = {}
+    for stage, sets in results.get("stages", {}).items():
+        for name, row in sets.items():
+            base, at, n = name.partition("@")
+            if at and n.isdigit():
+                out.setdefault(stage, {}).setdefault(base, {})[int(n)] = row
+    return out
 
 
 def cell(row: dict | None, key: str, percent: bool) -> str:
@@ -45,11 +62,56 @@ def render(header: list[str], rows: list[list[str]]) -> str:
 
 
 def format_table(results: dict) -> str:
-    """Text table; accuracy / pass@k / parallel rate in percent, relative position in [0, 1]."""
+    """Text table; accuracy / pass@k / parallel rate in percent, relative position in [0, 1]. Followed by the
+    path-count table and the plans per block when the run has them."""
     header, rows = table_rows(results)
     ns = sorted({f"{s}: n={row.get('n')}, k={row.get('k')}" for sets in results.get("stages", {}).values()
-                 for s, row in sets.items()})
-    return render(header, rows) + ("\n(" + "; ".join(ns) + ")" if ns else "")
+                 for s, row in sets.items() if "@" not in s})
+    text = render(header, rows) + ("\n(" + "; ".join(ns) + ")" if ns else "")
+    extra = [t for t in (format_path_counts(results), format_paths_hist(results)) if t]
+    return "\n\n".join([text, *extra])
+
+
+def _seconds(row: dict | None) -> str:
+    value = (row or {}).get("seconds_per_sample")
+    return "-" if value is None else f"{1000 * value:.1f}"
+
+
+def format_path_counts(results: dict, sequential: str = "base") -> str:
+    """ParaThinker's table: mean@k and wall-clock milliseconds per sample against the number of paths, the
+    ``sequential`` stage's row first, and ParaThinker-1.5B's average beside it."""
+    by_stage = path_rows(results)
+    if not by_stage:
+        return ""
+    out = []
+    for stage, sets in by_stage.items():
+        names = list(sets)
+        header = ["paths"] + [f"{s} {c}" for s in names for c in ("mean@k", "ms/sample")] + ["paper 1.5B avg"]
+        seq = results["stages"].get(sequential, {})
+        rows = [[f"{sequential} (sequential)"] + [v for s in names for v in (cell(seq.get(s), "accuracy", True),
+                                                                            _seconds(seq.get(s)))]
+                + [f"{PARATHINKER_1P5B['sequential']:.1f}"]] if seq else []
+        for n in sorted({n for by_n in sets.values() for n in by_n}):
+            rows.append([f"{stage} @{n}"] + [v for s in names for v in (cell(sets[s].get(n), "accuracy", True),
+                                                                         _seconds(sets[s].get(n)))]
+                        + [f"{PARATHINKER_1P5B[n]:.1f}" if n in PARATHINKER_1P5B else "-"])
+        out.append(render(header, rows))
+    return "accuracy and time against the number of paths (ms/sample: sampling wall time / samples):\n" + \
+        "\n\n".join(out)
+
+
+def format_paths_hist(results: dict) -> str:
+    """NPR's plans per block, per stage and set: the share of blocks with each number of plans (the model's choice)."""
+    if results.get("settings", {}).get("format") != "npr":
+        return ""
+    lines = []
+    for stage in ordered_stages(results):
+        for name, row in results["stages"][stage].items():
+            hist = row.get("paths_hist") or {}
+            if hist and "@" not in name:
+                shares = "  ".join(f"{n}: {100 * v:.1f}%" for n, v in sorted(hist.items(), key=lambda x: int(x[0])))
+                lines.append(f"{stage:<14} {name:<6} {shares}")
+    return "\n".join(["plans per block (share of blocks of parallel samples):", *lines]) if lines else ""
 
 
 def format_vs_start(results: dict) -> str:
@@ -60,7 +122,9 @@ def format_vs_start(results: dict) -> str:
         if not sets:
             continue
         start = next(iter(sets.values()))["start"]
-        parts = [f"{s} {100 * v['delta']:+.1f} ± {100 * v['se']:.1f}" for s, v in sets.items()]
+        parts = [f"{s} {100 * v['delta']:+.1f} ± {100 * v['se']:.1f}" for s, v in sets.items() if "@" not in s]
+        parts += [f"{s} (vs {v.get('start_set', s)}) {100 * v['delta']:+.1f} ± {100 * v['se']:.1f}"
+                  for s, v in sets.items() if "@" in s]
         lines.append(f"{stage:<14} vs {start:<8} " + "   ".join(parts))
     if not lines:
         return ""
@@ -78,4 +142,18 @@ def format_compare(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> st
         ra, rb = a.get("stages", {}).get(stage, {}), b.get("stages", {}).get(stage, {})
         rows.append([stage] + [f"{cell(ra.get(s), k, p)} | {cell(rb.get(s), k, p)}"
                                for s in sets for k, _, p in COLUMNS])
+    return render(header, rows)
+
+
+def format_runs(runs: list[tuple[str, dict]]) -> str:
+    """Several runs' tables stacked: one row per run and stage (NPR's and ParaThinker's rows beside
+    Parallel-R1's), the columns of every test set any of them has."""
+    sets = list(dict.fromkeys(s for _, r in runs for s in set_names(r)))
+    header = ["run", "stage"] + [f"{s} {title}" for s in sets for _, title, _ in COLUMNS]
+    rows = []
+    for name, results in runs:
+        fmt = results.get("settings", {}).get("format", "?")
+        for stage in ordered_stages(results):
+            by_set = results["stages"][stage]
+            rows.append([f"{name} ({fmt})", stage] + [cell(by_set.get(s), k, p) for s in sets for k, _, p in COLUMNS])
     return render(header, rows)

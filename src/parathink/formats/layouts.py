@@ -10,7 +10,9 @@ tokens but the paths of a block are computed as if they ran side by side:
   ``<summary>``) gets p + (longest path) + 1 and counting continues from there. Tokens between one path's
   closing tag and the next path's opening tag (whitespace) belong to the path before them: they take its next
   positions and are hidden from the other paths.
-- path ids: 0 outside paths, i+1 inside path i (ParaThinker's per-path vector is indexed by these).
+- path ids: 0 outside paths, i+1 inside path i (ParaThinker's per-path vector is indexed by these); a ParaThinker
+  thought takes its tag's label instead (``<think5>`` -> 5), which is i+1 as the engine writes thoughts, and what
+  SFT's random relabelling of thoughts trains (ParaThinker §3).
 - region: 0 prefix/other, 1 path, 2 summary.
 
 The training forward and the rollout engine both call ``build_layout`` so that what is sampled and what is
@@ -20,7 +22,7 @@ raise: the scan just carries on, and since both sides use the same function they
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from parathink.formats.tags import MAX_PARATHINKER_PATHS, TAGS, check_grammar
@@ -43,6 +45,7 @@ class TagIds:
     block_close: frozenset[int]  # positioned at p + longest path + 1
     summary_open: frozenset[int]
     summary_close: frozenset[int]
+    path_label: Mapping[int, int] = field(default_factory=dict)  # ParaThinker: <thinkN> id -> N, the path id
 
     @classmethod
     def from_mapping(cls, grammar: str, ids: Mapping[str, int]) -> "TagIds":
@@ -67,7 +70,8 @@ class TagIds:
             n = range(1, MAX_PARATHINKER_PATHS + 1)
             roles = dict(block_open=frozenset(), path_open=of(*(f"<think{i}>" for i in n)),
                          path_close=of(*(f"</think{i}>" for i in n)), block_close=of("<summary>"),
-                         summary_open=of("<summary>"), summary_close=of("</summary>"))
+                         summary_open=of("<summary>"), summary_close=of("</summary>"),
+                         path_label={ids[f"<think{i}>"]: i for i in n})
         return cls(grammar=grammar, ids=dict(ids), **roles)
 
     @classmethod
@@ -105,15 +109,17 @@ class BatchLayout:
 _OUT, _PENDING, _PATH, _BETWEEN = range(4)
 
 
-def scan(token_ids: Sequence[int], tags: TagIds) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Positions, path ids, block ids (-1 outside paths) and regions of every token; pure Python."""
+def scan(token_ids: Sequence[int], tags: TagIds) -> tuple[list[int], ...]:
+    """Positions, path ids, block ids (-1 outside paths), regions and each path token's index within its block (the
+    mask's notion of "another path": two thoughts with one label stay apart) of every token; pure Python."""
     n = len(token_ids)
-    pos, pid, blk, region = [0] * n, [0] * n, [-1] * n, [0] * n
+    pos, pid, blk, region, order = [0] * n, [0] * n, [-1] * n, [0] * n, [0] * n
     next_pos = 0
     state = _OUT
     block = -1
     p = 0  # position of the last token before the block's first path
     lengths: list[int] = []  # tokens assigned to each path of the current block
+    labels: list[int] = []  # the path id of each path of the current block
     in_summary = False
 
     for i, t in enumerate(token_ids):
@@ -122,18 +128,19 @@ def scan(token_ids: Sequence[int], tags: TagIds) -> tuple[list[int], list[int], 
             k = len(lengths) - 1
             pos[i] = p + 1 + lengths[k]
             lengths[k] += 1
-            pid[i], blk[i], region[i] = k + 1, block, REGION_PATH
+            pid[i], blk[i], region[i], order[i] = labels[k], block, REGION_PATH, k + 1
             if state == _PATH and t in tags.path_close:
                 state = _BETWEEN
             continue
         if t in tags.path_open and (state in (_PENDING, _BETWEEN) or (state == _OUT and not tags.block_open)):
             if state == _OUT:  # ParaThinker: the first thought opens the block
                 block += 1
-                lengths = []
+                lengths, labels = [], []
             if not lengths:
                 p = next_pos - 1
             lengths.append(1)
-            pos[i], pid[i], blk[i], region[i] = p + 1, len(lengths), block, REGION_PATH
+            labels.append(tags.path_label.get(t, len(lengths)))
+            pos[i], pid[i], blk[i], region[i], order[i] = p + 1, labels[-1], block, REGION_PATH, len(lengths)
             state, in_summary = _PATH, False
             continue
         if state == _BETWEEN:  # t closes the block
@@ -154,19 +161,19 @@ def scan(token_ids: Sequence[int], tags: TagIds) -> tuple[list[int], list[int], 
             in_summary = False
         if state == _OUT and t in tags.block_open:
             block += 1
-            lengths = []
+            lengths, labels = [], []
             state = _PENDING
-    return pos, pid, blk, region
+    return pos, pid, blk, region, order
 
 
-def _mask(pid: "torch.Tensor", blk: "torch.Tensor") -> "torch.Tensor":
+def _mask(order: "torch.Tensor", blk: "torch.Tensor") -> "torch.Tensor":
     import torch
 
-    n = pid.shape[-1]
+    n = order.shape[-1]
     causal = torch.ones(n, n, dtype=torch.bool).tril_()
-    in_path = pid > 0
+    in_path = order > 0
     both = in_path[:, None] & in_path[None, :]
-    other_path_same_block = both & (blk[:, None] == blk[None, :]) & (pid[:, None] != pid[None, :])
+    other_path_same_block = both & (blk[:, None] == blk[None, :]) & (order[:, None] != order[None, :])
     return causal & ~other_path_same_block
 
 
@@ -177,12 +184,11 @@ def build_layout(token_ids: Sequence[int] | "torch.Tensor", tags: TagIds, gramma
     if grammar is not None and grammar != tags.grammar:
         raise ValueError(f"tag ids are for {tags.grammar!r}, layout asked for {grammar!r}")
     ids = token_ids.tolist() if hasattr(token_ids, "tolist") else list(token_ids)
-    pos, pid, blk, region = scan(ids, tags)
-    pid_t = torch.tensor(pid, dtype=torch.long)
+    pos, pid, blk, region, order = scan(ids, tags)
     return Layout(
-        attention_mask=_mask(pid_t, torch.tensor(blk, dtype=torch.long)),
+        attention_mask=_mask(torch.tensor(order, dtype=torch.long), torch.tensor(blk, dtype=torch.long)),
         position_ids=torch.tensor(pos, dtype=torch.long),
-        path_ids=pid_t,
+        path_ids=torch.tensor(pid, dtype=torch.long),
         region=torch.tensor(region, dtype=torch.long),
     )
 

@@ -4,11 +4,13 @@
 - relative position of a block = offset of its opening tag / length of the response, in tokens when a
   tokenizer is given, else in characters; a trace's value is the mean over its blocks; the reported figure
   is the mean over parallel traces (Parallel-R1 §5, Figure 3).
-- blocks per trace, paths per block, path lengths.
+- blocks per trace, paths per block (and how many blocks have each number of paths: NPR's plan count, the
+  model's own choice), path lengths.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
@@ -80,3 +82,11 @@ def summarize(traces: Iterable[Trace], tokenizer: _Encoder | None = None) -> For
         paths_per_block=n_paths / n_blocks if n_blocks else None,
         path_length=path_chars / n_paths if n_paths else None,
     )
+
+
+def paths_histogram(traces: Iterable[Trace]) -> dict[int, float]:
+    """{number of paths: share of the blocks of parallel traces that have it}, by number of paths; empty when no
+    trace is parallel."""
+    counts = Counter(len(b.paths) for t in traces if t.parallel for b in t.blocks)
+    total = sum(counts.values())
+    return {n: counts[n] / total for n in sorted(counts)}

@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, storage
+from parathink.formats.tags import MAX_PARATHINKER_PATHS
 from parathink.jsonl import load_record
 from parathink.quality.eval_gate import KEYS as GATE_KEYS, eval_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import ConfigError, StageContext, StageInputMissing
@@ -54,6 +55,9 @@ def validate(cfg: DictConfig) -> None:
     for stage, mode in {"*": e.mode, **dict(e.get("mode_by_stage", {}))}.items():
         if mode not in MODES:
             raise ConfigError(f"eval.mode{'' if stage == '*' else '_by_stage.' + stage}: {mode!r} not in {MODES}")
+    for n in [e.num_paths, *(e.get("path_counts") or [])]:
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARATHINKER_PATHS:
+            raise ConfigError(f"eval.num_paths / eval.path_counts: {n!r} is not a path count in 1..{MAX_PARATHINKER_PATHS}")
     if float(e.sampling.temperature) < 0 or not 0 < float(e.sampling.top_p) <= 1:
         raise ConfigError("eval.sampling: temperature must be >= 0 and top_p in (0, 1]")
     if int(e.sampling.max_new_tokens) < 1:
@@ -108,60 +112,104 @@ def problems_and_k(name: str, spec: dict, seed: int) -> tuple[list[dict], dict]:
     return records, _set_k(name, spec, records)
 
 
-def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path, sets: dict) -> dict:
-    import torch
+def stage_mode(cfg: DictConfig, stage: str) -> str:
+    return str(cfg.eval.get("mode_by_stage", {}).get(stage, cfg.eval.mode))
 
-    from parathink.evaluation.evaluate import evaluate_set, summarize_set
-    from parathink.evaluation.generators import engine_generator
-    from parathink.modeling import load_model
 
+def eval_rows(cfg: DictConfig, stage: str, sets: dict) -> list[tuple[str, str, int]]:
+    """(row, set, paths) a stage's model is scored on: every set at ``eval.num_paths`` paths per block, and in
+    structured mode at each of ``eval.path_counts`` as ``<set>@N`` (ParaThinker's table: accuracy and time against
+    the number of paths)."""
     e = cfg.eval
+    rows = [(name, name, int(e.num_paths)) for name in sets]
+    if stage_mode(cfg, stage) == "structured":
+        rows += [(f"{name}@{n}", name, int(n)) for name in sets for n in e.get("path_counts") or []]
+    return rows
+
+
+class _Sampler:
+    """The stage's model, loaded on first use, and one engine generator per number of paths."""
+
+    def __init__(self, cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path):
+        self.cfg, self.ctx, self.stage, self.model_dir = cfg, ctx, stage, model_dir
+        self.model = self.tokenizer = None
+        self.generators: dict[int, tuple] = {}
+
+    def __call__(self, paths: int, seed: int) -> tuple:
+        import torch
+
+        from parathink.evaluation.generators import engine_generator
+        from parathink.modeling import load_model
+
+        e = self.cfg.eval
+        if self.model is None:
+            torch.manual_seed(self.ctx.seed)
+            self.model, self.tokenizer = load_model(self.model_dir, device=distributed.device())  # a GPU if any
+        if paths not in self.generators:
+            self.generators[paths] = engine_generator(
+                self.model, self.tokenizer, grammar=str(self.cfg.format), mode=stage_mode(self.cfg, self.stage),
+                num_paths=paths, temperature=float(e.sampling.temperature), top_p=float(e.sampling.top_p),
+                max_new_tokens=int(e.sampling.max_new_tokens), batch_size=int(e.batch_size), seed=seed)
+        return self.generators[paths]
+
+
+def _sample_row(cfg: DictConfig, ctx: StageContext, label: str, spec: dict, generator: tuple, tokenizer) -> tuple:
+    """(problems, summary) of one row; under a multi-process launch each process samples every size-th problem and
+    the results are put back in the set's order, so the summary and the files are those of the whole set."""
+    from parathink.evaluation.evaluate import evaluate_set, summarize_set
+
+    e, procs = cfg.eval, distributed.group()
+    generate, backend = generator
+    records, k = spec["records"], int(spec["k"])
+    mine = records[procs.rank::procs.size]
+    bar = _bar(ctx, len(mine) * k, f"eval {label}") if procs.is_main else None
+    problems, local = evaluate_set(mine, generate, k, grammar=str(cfg.format), tokenizer=tokenizer,
+                                   batch_problems=int(e.batch_problems), progress=bar)
+    if bar is not None:
+        bar.close()
+    shares = procs.gather(problems)
+    problems = [shares[j % procs.size][j // procs.size] for j in range(len(records))]
+    summary = summarize_set(problems, k, str(cfg.format))
+    summary.update(generator=backend, k_from=spec["k_from"], repeats=spec["repeats"],
+                   seconds_per_sample=local["seconds_per_sample"])  # this process's sampling time
+    return problems, summary
+
+
+def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path, sets: dict) -> dict:
     procs = distributed.group()
     fingerprint = _model_hash(model_dir)
-    rows, model, generate = {}, None, None
-    for i, (set_name, spec) in enumerate(sets.items()):
-        cache = ctx.work_dir / stage / f"{set_name}.jsonl"
+    rows, sampler = {}, _Sampler(cfg, ctx, stage, model_dir)
+    for i, (row, set_name, paths) in enumerate(eval_rows(cfg, stage, sets)):
+        cache = ctx.work_dir / stage / f"{row}.jsonl"
         meta = cache.with_suffix(".summary.json")
         summary = _cached_summary(meta, fingerprint) if cache.exists() else None
-        if procs.broadcast(summary is not None):  # rank 0's view of the shared scratch decides for every process
-            rows[set_name] = summary if summary is not None else _cached_summary(meta, fingerprint)
+        if row != set_name and paths == int(cfg.eval.num_paths):  # the set's own row has this many paths
+            rows[row], cache = rows[set_name], ctx.work_dir / stage / f"{set_name}.jsonl"
+        elif procs.broadcast(summary is not None):  # rank 0's view of the shared scratch decides for every process
+            rows[row] = summary if summary is not None else _cached_summary(meta, fingerprint)
             if procs.is_main:
-                print(f"[parathink] eval: {stage}/{set_name} reused from the interrupted attempt", file=sys.stderr)
+                print(f"[parathink] eval: {stage}/{row} reused from the interrupted attempt", file=sys.stderr)
         else:
-            if model is None:
-                torch.manual_seed(ctx.seed)
-                model, tokenizer = load_model(model_dir, device=distributed.device())  # a GPU when there is one
-                mode = str(e.get("mode_by_stage", {}).get(stage, e.mode))
-                generate, backend = engine_generator(
-                    model, tokenizer, grammar=str(cfg.format), mode=mode, num_paths=int(e.num_paths),
-                    temperature=float(e.sampling.temperature), top_p=float(e.sampling.top_p),
-                    max_new_tokens=int(e.sampling.max_new_tokens), batch_size=int(e.batch_size),
-                    seed=ctx.seed * 1000 + i + 7_919 * procs.rank)
-            # Under a multi-process launch each process samples every size-th problem; the results are put back
-            # in the set's order, so the summary and the files are those of the whole set.
-            records, k = spec["records"], int(spec["k"])
-            mine = records[procs.rank::procs.size]
-            bar = _bar(ctx, len(mine) * k, f"eval {stage}/{set_name}") if procs.is_main else None
-            problems, _ = evaluate_set(mine, generate, k, grammar=str(cfg.format), tokenizer=tokenizer,
-                                       batch_problems=int(e.batch_problems), progress=bar)
-            if bar is not None:
-                bar.close()
-            shares = procs.gather(problems)
-            problems = [shares[j % procs.size][j // procs.size] for j in range(len(records))]
-            summary = summarize_set(problems, k, str(cfg.format))
-            summary.update(generator=backend, k_from=spec["k_from"], repeats=spec["repeats"])
+            generator = sampler(paths, seed=ctx.seed * 1000 + i + 7_919 * procs.rank)
+            problems, rows[row] = _sample_row(cfg, ctx, f"{stage}/{row}", sets[set_name], generator,
+                                              sampler.tokenizer)
             if procs.is_main:
                 storage.write_text(cache, "".join(json.dumps(p) + "\n" for p in problems))
-                storage.write_text(meta, json.dumps({"model_hash": fingerprint, "summary": summary}))
-            rows[set_name] = summary
+                storage.write_text(meta, json.dumps({"model_hash": fingerprint, "summary": rows[row]}))
         if not procs.is_main:
             continue
-        out = ctx.out_dir / stage / f"{set_name}.jsonl"
+        out = ctx.out_dir / stage / f"{row}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(cache.read_bytes())
-        ctx.tracker.log_metrics({f"{stage}.{set_name}.{k}": v for k, v in rows[set_name].items()
-                                 if isinstance(v, (int, float))})
+        ctx.tracker.log_metrics(_loggable(f"{stage}.{row}", rows[row]))
     return rows
+
+
+def _loggable(prefix: str, row: dict) -> dict[str, float]:
+    """A row's numbers as tracker metrics; the paths-per-block distribution as one metric per count."""
+    flat = {f"{prefix}.{k}": v for k, v in row.items() if isinstance(v, (int, float))}
+    flat.update({f"{prefix}.paths_hist.{n}": v for n, v in (row.get("paths_hist") or {}).items()})
+    return flat
 
 
 def start_of(cfg: DictConfig, stage: str) -> str | None:
@@ -191,15 +239,17 @@ def vs_start(cfg: DictConfig, out_dir: Path, stages: dict) -> dict:
         start = start_of(cfg, stage)
         if start not in stages:
             continue
-        for set_name in sets:
-            if set_name not in stages[start]:
+        for set_name in sets:  # a row at N paths pairs with the start's row of its set (ParaThinker: sequential)
+            if set_name not in stages[start] and set_name.partition("@")[0] not in stages[start]:
                 continue
-            a, b = per_problem(stage, set_name), per_problem(start, set_name)
+            base_set = set_name if set_name in stages[start] else set_name.partition("@")[0]
+            a, b = per_problem(stage, set_name), per_problem(start, base_set)
             ids = [i for i in a if i in b]
             if len(ids) < 2:
                 continue
             delta, se = paired_difference([a[i] for i in ids], [b[i] for i in ids])
-            out.setdefault(stage, {})[set_name] = {"start": start, "delta": delta, "se": se, "n_problems": len(ids)}
+            out.setdefault(stage, {})[set_name] = {"start": start, "start_set": base_set, "delta": delta, "se": se,
+                                                   "n_problems": len(ids)}
     return out
 
 
@@ -220,7 +270,9 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
         sets[name] = {**spec, "records": records, **k}
     results: dict = {"stages": {}, "missing": [],
                      "settings": {"sampling": OmegaConf.to_container(cfg.eval.sampling, resolve=True),
-                                  "mode": str(cfg.eval.mode), "format": str(cfg.format)}}
+                                  "mode": str(cfg.eval.mode), "format": str(cfg.format),
+                                  "num_paths": int(cfg.eval.num_paths),
+                                  "path_counts": [int(n) for n in cfg.eval.get("path_counts") or []]}}
     for stage in cfg.eval.models:
         try:
             model_dir = ctx.input(str(stage)) / "model"

@@ -45,11 +45,15 @@ def validate(cfg) -> None:
         replay = s[key]
         if int(replay.n) < 0:
             raise ConfigError(f"sft.{key}.n must be >= 0, got {replay.n}")
-        if int(replay.n) > 0:
-            if str(cfg.format) != "parallel_r1":
-                raise ConfigError(f"sft.{key} writes parallel_r1 blocks; format={cfg.format!r} (set {key}.n=0)")
-            if replay.level not in ("easy", "hard"):
-                raise ConfigError(f"sft.{key}.level={replay.level!r}: expected easy or hard")
+        if int(replay.n) > 0 and replay.level not in ("easy", "hard"):
+            raise ConfigError(f"sft.{key}.level={replay.level!r}: expected easy or hard")
+        if replay.fork not in REPLAY_FORKS[key]:
+            raise ConfigError(f"sft.{key}.fork={replay.fork!r}: expected one of {REPLAY_FORKS[key]}")
+        if replay.fork != "start" and str(cfg.format) == "parathinker":
+            raise ConfigError(f"sft.{key}.fork={replay.fork!r}: a ParaThinker block opens the response; use start")
+    if s.relabel_thoughts and (str(cfg.format) != "parathinker" or int(cfg.model.parathinker_max_paths) < 2):
+        raise ConfigError("sft.relabel_thoughts: needs format=parathinker and model.parathinker_max_paths >= 2, got "
+                          f"{cfg.format!r} and {cfg.model.parathinker_max_paths}")
     if s.collator == "structured" and cfg.model.attn_implementation.startswith("flash_attention"):
         raise ConfigError(f"sft.collator=structured needs a 4-D mask; model.attn_implementation="
                           f"{cfg.model.attn_implementation!r} cannot take one (use sdpa or eager)")
@@ -71,23 +75,31 @@ def read_traces(path: Path) -> list[dict]:
     return records
 
 
-# Synthetic replay traces appended to the filter's (parallel_r1 only; off by default, on in the tiny experiment).
+# Synthetic replay traces appended to the filter's (off by default, on in the tiny experiments), and where each may
+# open its block: path replay after a random number of the solution's lines, vote replay where its paths differ.
 REPLAYS = ("path_replay", "vote_replay")
+REPLAY_FORKS = {"path_replay": ("start", "random"), "vote_replay": ("start", "agreed")}
 
 
 def _replay(cfg, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[int, int]]]]]:
     """Per replay kind, ``sft.<kind>.n`` new synthetic problems (none of the traces', none shared between the
     kinds) made into (trace, masked spans):
 
-    - ``path_replay``: the worked solution as the first path of an opened block (``path_replay_trace``);
+    - ``path_replay``: the worked solution as the first path of an opened block (``path_replay_trace``); with
+      ``fork: random`` a uniform number of its operations (0 to all but the last) comes before the block. An NPR
+      block lists as many plans as a random trace of the filter's has;
     - ``vote_replay``: a block of two worked solutions and one slipped solution in a random order, with the
       teacher's vote summary; loss on the summary and the final answer only (``vote_replay_trace``).
     """
     import random
 
     from parathink.data.synthetic import generate, slipped_solution, worked_solution
+    from parathink.formats import parse
     from parathink.training.sft import path_replay_trace, vote_replay_trace
 
+    grammar = str(cfg.format)
+    widths = [len(t.blocks[-1].paths) for t in (parse(r.get("response", ""), grammar) for r in traces) if t.parallel]
+    widths = widths or [1]
     seen = {t["problem"] for t in traces}
     out = {}
     for key in REPLAYS:
@@ -102,18 +114,34 @@ def _replay(cfg, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[in
         if len(pool) < n:
             raise ValueError(f"sft.{key}: only {len(pool)} new {replay.level} problems for n={n}")
         seen.update(p["problem"] for p in pool)
+        rng, fork = random.Random(int(replay.seed)), str(replay.get("fork", "start"))
         if key == "path_replay":
-            out[key] = [path_replay_trace(p, worked_solution(p), str(cfg.format)) for p in pool]
+            out[key] = [path_replay_trace(p, worked_solution(p), grammar, k=rng.choice(widths),
+                                          shared=rng.randrange(len(p["ops"])) if fork == "random" else 0)
+                        for p in pool]
             continue
-        rng = random.Random(int(replay.seed))
         made = []
         for p in pool:
             right = worked_solution(p)
             paths = [right, right, slipped_solution(p, rng)]
             rng.shuffle(paths)
-            made.append(vote_replay_trace(p, paths, str(cfg.format)))
+            made.append(vote_replay_trace(p, paths, grammar, fork=fork))
         out[key] = made
     return out
+
+
+def _relabel(train_set: list[dict], tok, max_paths: int, seed: int) -> None:
+    """ParaThinker's random thought labels (``training.sft.relabel_thoughts``), in place, reproducible by seed."""
+    import random
+
+    from parathink.formats.tags import MAX_PARATHINKER_PATHS
+    from parathink.training.sft import relabel_thoughts
+
+    labels = {tok.convert_tokens_to_ids(f"<{'/' * (1 - o)}think{n}>"): (n, o)
+              for n in range(1, MAX_PARATHINKER_PATHS + 1) for o in (1, 0)}
+    rng = random.Random(seed)
+    for example in train_set:
+        example["input_ids"] = relabel_thoughts(example["input_ids"], labels, max_paths, rng)
 
 
 def start_stage(cfg) -> str | None:
@@ -164,6 +192,8 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong), mask_spans=spans)
     if not train_set:
         raise ValueError(f"sft: all {len(traces)} traces exceed sft.max_length={s.max_length}")
+    if s.relabel_thoughts:
+        _relabel(train_set, tok, int(cfg.model.parathinker_max_paths), ctx.seed)
     if s.collator == "structured":
         check_structured_attention(model)
         collator = StructuredCollator(tok.pad_token_id, TagIds.from_tokenizer(tok, cfg.format),

@@ -30,15 +30,15 @@ def validate(cfg: DictConfig) -> None:
     t = cfg.teacher
     if t.backend not in BACKENDS:
         raise ConfigError(f"teacher.backend: {t.backend!r} is not one of {', '.join(BACKENDS)}")
-    if t.backend in ("scripted", "self") and t.grammar != "parallel_r1":
-        raise ConfigError(f"teacher.grammar: backend {t.backend} writes parallel_r1 traces only, got {t.grammar!r}")
+    if t.backend == "scripted" and t.grammar != "parallel_r1":
+        raise ConfigError(f"teacher.grammar: backend scripted writes parallel_r1 traces only, got {t.grammar!r}")
     for backend, key in (("hf", "model"), ("openai", "model"), ("vllm", "model")):
         if t.backend == backend and not t[backend][key]:
             raise ConfigError(f"teacher.{backend}.{key}: required for teacher.backend={backend}")
     if t.backend in ("scripted", "self") and int(t[t.backend].num_paths) < 2:
         raise ConfigError(f"teacher.{t.backend}.num_paths: a block needs >= 2 paths, got {t[t.backend].num_paths}")
-    if t.backend == "self" and t.self.summary not in SUMMARIES:
-        raise ConfigError(f"teacher.self.summary: {t.self.summary!r} is not one of {', '.join(SUMMARIES)}")
+    if t.backend == "self":
+        _validate_self(t.self, str(t.grammar))
     limit = t.get("limit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ConfigError(f"teacher.limit: must be an integer >= 1 (or null for all), got {limit!r}")
@@ -55,6 +55,21 @@ def validate(cfg: DictConfig) -> None:
             from parathink.data import synthetic
 
             synthetic.check_spec(OmegaConf.to_container(spec, resolve=True), f"teacher.problems[{i}]")
+
+
+def _validate_self(sec: DictConfig, grammar: str) -> None:
+    from parathink.teacher.selfdistill import FORKS, PATH_COUNTS
+
+    if sec.summary not in SUMMARIES:
+        raise ConfigError(f"teacher.self.summary: {sec.summary!r} is not one of {', '.join(SUMMARIES)}")
+    if sec.fork not in FORKS:
+        raise ConfigError(f"teacher.self.fork: {sec.fork!r} is not one of {', '.join(FORKS)}")
+    if sec.fork != "start" and grammar == "parathinker":
+        raise ConfigError("teacher.self.fork: a ParaThinker block opens the response; only 'start' applies")
+    if sec.path_count not in PATH_COUNTS:
+        raise ConfigError(f"teacher.self.path_count: {sec.path_count!r} is not one of {', '.join(PATH_COUNTS)}")
+    if not 1 <= int(sec.min_paths) <= int(sec.num_paths):
+        raise ConfigError(f"teacher.self.min_paths: must be in 1..num_paths={sec.num_paths}, got {sec.min_paths}")
 
 
 def load_problem_sets(specs: Any, seed: int, limit: int | None) -> list[dict]:
@@ -102,7 +117,8 @@ def make_backend(cfg: DictConfig, ctx: StageContext):
             from parathink.teacher.selfdistill import SelfTeacher
 
             return SelfTeacher(generator, tok, sampling, num_paths=int(sec.num_paths), chunk=int(sec.chunk),
-                               summary=str(sec.summary))
+                               summary=str(sec.summary), grammar=str(t.grammar), fork=str(sec.fork),
+                               path_count=str(sec.path_count), min_paths=int(sec.min_paths))
         from parathink.teacher.hf import HFTeacher
 
         return HFTeacher(generator, tok, sampling, grammar=t.grammar)
@@ -141,11 +157,15 @@ def _summary(records: list[dict], grammar: str) -> dict[str, float]:
     from parathink.formats import parse
     from parathink.grading import grade
 
+    from parathink.formats.metrics import paths_histogram
+
     if not records:
         return {"parallel_rate": 0.0, "accuracy": 0.0}
-    parallel = sum(parse(r["response"], grammar).parallel for r in records)
+    traces = [parse(r["response"], grammar) for r in records]
     correct = sum(grade(r["response"], r["answer"])[1] for r in records)
-    return {"parallel_rate": parallel / len(records), "accuracy": correct / len(records)}
+    # The share of blocks with each number of paths (NPR: plans per block, the teacher's choice the student learns).
+    return {"parallel_rate": sum(t.parallel for t in traces) / len(records), "accuracy": correct / len(records),
+            **{f"paths_hist.{n}": share for n, share in paths_histogram(traces).items()}}
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:

@@ -1,4 +1,7 @@
-"""``parathink compare RUN_A RUN_B``: two runs' result tables side by side.
+"""``parathink compare RUN_A RUN_B [RUN ...]``: runs' result tables side by side.
+
+Two runs: each cell as ``A | B``. Three or more, or ``--rows``: one table, a row per run and stage, so the NPR and
+ParaThinker recipes' rows stand beside Parallel-R1's.
 
 A run is named by its run directory (local or s3://; its ``eval/results.json`` is read) or by its MLflow
 parent run id (the ``results.json`` artifact the runner logged there; tracking URI from the config or
@@ -58,24 +61,29 @@ def load_results(ref: str, tracking_uri: str | None) -> dict:
 
 
 def main_compare(argv: list[str]) -> int:
-    from parathink.evaluation.table import format_compare
+    from parathink.evaluation.table import format_compare, format_runs
     from parathink.stages.runner import _guard
 
     parser = argparse.ArgumentParser(prog="parathink compare")
-    parser.add_argument("run_a")
-    parser.add_argument("run_b")
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories or MLflow run ids (two or more)")
+    parser.add_argument("--rows", action="store_true", help="a row per run and stage, also for two runs")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (for run ids)")
     args = parser.parse_args(argv)
 
     def go():
+        if len(args.runs) < 2:
+            raise BadInput(f"parathink compare: give two or more runs, got {len(args.runs)}")
         uri = args.tracking_uri
         if uri is None:
             from parathink.stages.runner import compose
 
             uri = str(compose([]).tracking.uri)
-        a, b = load_results(args.run_a, uri), load_results(args.run_b, uri)
-        table = format_compare(a, b)  # whole before anything is printed
-        print(f"A = {args.run_a}\nB = {args.run_b}\n")
+        results = [load_results(ref, uri) for ref in args.runs]
+        if len(results) == 2 and not args.rows:
+            table = format_compare(*results)  # whole before anything is printed
+            print(f"A = {args.runs[0]}\nB = {args.runs[1]}\n")
+        else:
+            table = format_runs([(ref.rstrip("/").rsplit("/", 1)[-1], r) for ref, r in zip(args.runs, results)])
         print(table)
     return _guard(go)
 

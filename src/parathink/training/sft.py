@@ -59,47 +59,75 @@ def wrong_path_spans(response: str, answer: str, grammar: str) -> list[tuple[int
     return spans
 
 
-def path_replay_trace(record: dict, solution: str, grammar: str) -> tuple[dict, list[tuple[int, int]]]:
-    """(trace, masked spans): ``solution`` written as the first path of a block the response opens, and nothing
-    after the path. Only the solution's tokens carry loss (the tags are masked; ``partial`` drops the eos).
+def path_replay_trace(record: dict, solution: str, grammar: str, shared: int = 0,
+                      k: int = 1) -> tuple[dict, list[tuple[int, int]]]:
+    """(trace, masked spans): ``solution`` written as the first path of a ``k``-path block (NPR's guideline lists
+    ``k`` plans), its first ``shared`` lines written before the block, and nothing after the path. Only the path's
+    lines carry loss: the lines before the block, the tags and NPR's plans are masked (trained, lines before a
+    block whose opening tag is masked teach the model to go on sequentially and never open one), and ``partial``
+    drops the eos.
 
     Why: cold-start SFT on the tiny model costs its arithmetic inside paths on hard problems (the first line of a
     path right 44% of the time against the base's 61%, README). Replaying worked solutions in the very context a
     path is written in rehearses that skill where it is lost, without teaching a sequential answer (the response
     still opens a block) or a summary (none follows).
     """
-    if grammar != "parallel_r1":
-        raise ValueError(f"path replay writes parallel_r1 blocks only, not {grammar!r}")
-    from parathink.formats.tags import TAGS
+    from parathink.formats.canonical import engine_form
+    from parathink.teacher.traces import block_head, path_tags
 
-    open_, _, path, end_path = TAGS[grammar][:4]
-    head = f"{open_}{path}"
-    response = f"{head}\n{solution.strip()}\n{end_path}"
+    lines = solution.strip().splitlines()
+    before = "\n".join(lines[:shared]) + ("\n" if shared else "")
+    opening, closing = path_tags(grammar, 1)
+    head = engine_form(before + block_head(grammar, k) + opening, grammar)  # as the engine writes the tags
+    response = head + "\n".join(lines[shared:]) + closing
+    tag_end = len(head.rstrip("\n"))  # the newline after the opening tag is the path's first token, as in traces
     return ({**record, "response": response, "partial": True},
-            [(0, len(head)), (len(response) - len(end_path), len(response))])
+            [(0, tag_end), (len(response) - len(closing.lstrip("\n")), len(response))])
 
 
-def vote_replay_trace(record: dict, paths: list[str], grammar: str) -> tuple[dict, list[tuple[int, int]]]:
+def vote_replay_trace(record: dict, paths: list[str], grammar: str,
+                      fork: str = "start") -> tuple[dict, list[tuple[int, int]]]:
     """(trace, masked spans): ``paths`` as one block with the teacher's vote summary and final answer; only the
-    summary (from its opening tag) and what follows carry loss, the paths and their tags are masked.
+    summary (from its opening tag) and what follows carry loss, the paths and their tags are masked. ``fork``:
+    ``start`` opens the block at the response's start, ``agreed`` after the lines every path shares (the teacher's
+    ``fork``), which are masked too.
 
     Why: the summary's failure at tiny scale is a blend. When two paths give 156 and one 148, the model writes
     146, a digit from each (the vote over digits is soft, and sampling at T=1 draws from it). Two right paths and
     one slipped path, in a random order, are that case with a known answer: they train the summary to copy the
     majority whole. The paths are masked because the slipped one is wrong and the right ones are path replay's job.
     """
-    if grammar != "parallel_r1":
-        raise ValueError(f"vote replay writes parallel_r1 blocks only, not {grammar!r}")
     from parathink.formats.canonical import engine_form
-    from parathink.formats.tags import TAGS
-    from parathink.teacher.traces import voted_trace
+    from parathink.teacher.selfdistill import self_trace
+    from parathink.teacher.traces import summary_tag
 
-    response, _, vote = voted_trace(paths)
+    response, _, vote = self_trace(paths, grammar=grammar, fork=fork)
     if vote is None:
         raise ValueError(f"vote replay: the paths of record {record.get('id')!r} have no majority answer")
     response = engine_form(response, grammar)  # as the stage writes the teacher's traces
-    summary_at = response.index(TAGS[grammar][4])
-    return {**record, "response": response}, [(0, summary_at)]
+    return {**record, "response": response}, [(0, response.index(summary_tag(grammar)))]
+
+
+def relabel_thoughts(ids: list[int], labels: dict[int, tuple[int, int]], max_paths: int,
+                     rng) -> list[int]:
+    """``ids`` with each ParaThinker block's thoughts given distinct labels drawn at random from 1..``max_paths``
+    (ParaThinker §3: thoughts relabelled at random in training, so that every label's tag and path vector is
+    trained and the model takes more paths at inference than any training trace had).
+
+    ``labels``: token id -> (label, 1 opening | 0 closing) of every ``<thinkN>`` / ``</thinkN>``. A thought with a
+    label above ``max_paths`` keeps its own. The layout reads a thought's path id from its label, so the vector a
+    thought gets in training is the one its label gets from the engine.
+    """
+    by_label = {(n, is_open): t for t, (n, is_open) in labels.items()}
+    out, mapping = [], {}
+    for t in ids:
+        if t in labels:
+            n, is_open = labels[t]
+            if is_open and n == 1:  # a new block: fresh labels
+                mapping = dict(zip(range(1, max_paths + 1), rng.sample(range(1, max_paths + 1), max_paths)))
+            t = by_label.get((mapping.get(n, n), is_open), t)
+        out.append(t)
+    return out
 
 
 def encode_traces(records: Sequence[dict], tokenizer, max_length: int, overlong: str = "drop",
