@@ -7,6 +7,7 @@
     parathink plan [overrides...]           validate, then print the stages and their placement as JSON
     parathink unlock RUN_DIR STAGE...       break the lock of a stage whose process is gone
     parathink promote ... / compare RUN_A RUN_B [RUN...]
+    parathink report RUN_DIR                the run's report.md (stages, gates, results, Figure 3)
     parathink kfp compile|run|submit ...    the curriculum as a Kubeflow pipeline
     parathink data describe SPEC            what a problem-source spec reads (JSON)
 
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
          "validate the config and print each stage's placement (JSON): what orchestrators read"),
         ("promote", "parathink.tracking.registry", "main_promote", "move the champion alias if the candidate wins"),
         ("compare", "parathink.tracking.compare", "main_compare", "print runs' tables side by side (two or more)"),
+        ("report", "parathink.report", "main", "(re)write a run directory's report.md from what it published"),
         ("kfp", "parathink.kfp.cli", "main", "Kubeflow Pipelines: compile | run --local | submit the curriculum"),
         ("data", "parathink.data.cli", "main", "problem sets: describe SPEC (what a source spec reads)"),
     ]:
