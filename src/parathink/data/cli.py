@@ -77,7 +77,7 @@ def _fail(msg: str, code: int = 2) -> int:
 
 def main(argv: list[str]) -> int:
     """``parathink data ...`` (argv: the words after ``data``)."""
-    if argv[:1] in (["-h"], ["--help"]):
+    if argv[:1] in (["-h"], ["--help"]) or argv[1:2] in (["-h"], ["--help"]):
         print(__doc__.strip())
         return 0
     if len(argv) != 2 or argv[0] != "describe":
