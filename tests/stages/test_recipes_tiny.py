@@ -4,24 +4,27 @@ grammar, and eval writes the recipe's rows (ParaThinker's at 1, 2, 4 and 8 paths
 
 The experiment files are shrunk by overrides: 48 teacher problems, 3 SFT steps, 2 RL steps, 4 test problems x 2. Three
 SFT steps learn no format, so the gates that check a learnt format (sft, rl_hard) are off here; they are the gate tests'.
+ParaThinker's run is tracked in MLflow (a SQLite store in the test's folder): its rows' names ('hard@8') are not
+legal MLflow keys as they stand.
 """
 
 import json
 from collections import Counter
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from parathink.formats import parse
 from parathink.stages import runner
 
-SHRINK = ["tracking=none", "data.cold_start.0.n=24", "data.cold_start.1.n=24", "sft.max_steps=3",
+SHRINK = ["data.cold_start.0.n=24", "data.cold_start.1.n=24", "sft.max_steps=3",
           "sft.path_replay.n=16", "sft.vote_replay.n=8", "sft.gate.enabled=false", "eval.sets.easy.n=4",
           "eval.sets.hard.n=4", "eval.sets.easy.k=2", "eval.sets.hard.k=2"]
 
 
-def _run(tmp_path, experiment: str, *extra: str):
+def _run(tmp_path, experiment: str, *extra: str, tracking: str = "tracking=none"):
     run_dir = tmp_path / experiment
-    assert runner.main_run([f"experiment={experiment}", f"run_dir={run_dir}", *SHRINK, *extra]) == 0
+    assert runner.main_run([f"experiment={experiment}", f"run_dir={run_dir}", tracking, *SHRINK, *extra]) == 0
     return run_dir
 
 
@@ -40,7 +43,9 @@ def test_npr_tiny_runs_every_stage(tmp_path, monkeypatch):
     assert accepted and all(t.parallel for t in accepted)
     plans = Counter(len(b.plans) for t in raw for b in t.blocks)
     assert set(plans) <= {2, 3, 4, 5} and len(plans) >= 2  # as many plans as a decided vote needs: the count varies
-    assert any(t.blocks[0].start > 0 for t in raw)  # the lines every sample shares come before the guideline
+    # npr_tiny keeps teacher.self.fork=start: the guideline opens every response (where the block opens when the
+    # samples share lines, fork=agreed, is tests/teacher/test_grammar_traces.py's, on samples built to share them).
+    assert all(t.blocks[0].start == 0 and t.blocks[0].plans for t in raw)
     steps = _lines(run_dir / "rl_hard" / "metrics.jsonl")
     assert [s["step"] for s in steps] == [1, 2]
     results = json.loads((run_dir / "eval" / "results.json").read_text())
@@ -52,7 +57,8 @@ def test_npr_tiny_runs_every_stage(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_parathinker_tiny_runs_every_stage_and_scores_each_path_count(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run_dir = _run(tmp_path, "parathinker_tiny")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = _run(tmp_path, "parathinker_tiny", f"tracking.uri={uri}", tracking="tracking=sqlite")
     raw = [parse(r["response"], "parathinker") for r in _lines(run_dir / "teacher" / "raw.jsonl")]
     assert len(raw) == 48 and all(t.parallel and t.blocks[0].start == 0 for t in raw)
     assert {len(t.blocks[0].paths) for t in raw} == {2, 3, 4}  # trained on 2 to 4 thoughts
@@ -66,6 +72,13 @@ def test_parathinker_tiny_runs_every_stage_and_scores_each_path_count(tmp_path, 
                 assert opened[:n] == [f"<think{i}>" for i in range(1, n + 1)], sample["response"]
     assert results["stages"]["sft"]["hard@4"] == results["stages"]["sft"]["hard"]  # eval.num_paths = 4: one row
     assert results["vs_start"]["sft"]["hard@8"]["start_set"] == "hard"
+    # MLflow: the eval run's metrics and the sft model version's tags, one per row, '@' written as '_'
+    client = MlflowClient(tracking_uri=uri)
+    (sft,) = client.search_model_versions("name='parathink-parathinker_tiny' and tags.stage='sft'")
+    assert sft.tags["eval.hard_8.accuracy"] == str(results["stages"]["sft"]["hard@8"]["accuracy"])
+    evals = client.search_runs([client.get_experiment_by_name("parathink-parathinker_tiny").experiment_id],
+                               filter_string="tags.`parathink.stage` = 'eval'")
+    assert evals[0].data.metrics["sft.easy_1.accuracy"] == results["stages"]["sft"]["easy@1"]["accuracy"]
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -45,6 +45,8 @@ def tag_eval_results(client, name: str, results: dict, parent_run_id: str, *, me
     The stage runs are found as the parent's children tagged ``parathink.stage``. Returns the candidate's
     version number (None when no version has ``metric``).
     """
+    from parathink.tracking.mlflow_tracker import clean_key
+
     runs = client.search_runs([client.get_run(parent_run_id).info.experiment_id],
                               filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
     stage_runs = {r.data.tags.get("parathink.stage"): r.info.run_id for r in runs}
@@ -54,7 +56,8 @@ def tag_eval_results(client, name: str, results: dict, parent_run_id: str, *, me
         for tset, row in results.get("stages", {}).get(stage, {}).items():
             for key, value in row.items():
                 if isinstance(value, (int, float)):
-                    client.set_model_version_tag(name, version.version, f"eval.{tset}.{key}", str(value))
+                    # clean_key: a tag name has no '@' (ParaThinker's rows are 'easy@4': tag eval.easy_4.*)
+                    client.set_model_version_tag(name, version.version, clean_key(f"eval.{tset}.{key}"), str(value))
         value = metric_value(results, stage, metric)
         if value is not None and value > best_value:
             best, best_value = version.version, value
