@@ -6,7 +6,7 @@ import pytest
 
 from parathink import cli, cluster
 from parathink.config import compose
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
 
 
 def test_gpu_profile_places_gpu_stages_on_the_pool_and_the_rest_on_cpu():

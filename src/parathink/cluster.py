@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
 
 ACCELERATORS = ("cpu", "cuda")
 TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}

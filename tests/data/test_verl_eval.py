@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from verl_files import REPEATS, combined_rows, write
 
-from parathink.stages import eval as eval_stage
+from parathink.stages import eval_sets
 from parathink.stages import runner
 
 MODEL_STAGE = str(Path(__file__).parents[1] / "stages" / "model_stage.py")
@@ -47,8 +47,8 @@ def test_the_paper_experiments_read_the_combined_file_from_one_uri(tmp_path, cap
     evals = write(tmp_path / "test.parquet", combined_rows("parallel_r1"))
     cfg = runner.compose([f"experiment={experiment}", f"eval.benchmarks={evals}"])
     runner.validate(cfg, [str(s) for s in cfg.stages])
-    sets = {name: dict(spec) for name, spec in eval_stage.active_sets(cfg).items()}
-    problems = {name: eval_stage._problems(spec, 0) for name, spec in sets.items()}
+    sets = {name: dict(spec) for name, spec in eval_sets.active_sets(cfg).items()}
+    problems = {name: eval_sets._problems(spec, 0) for name, spec in sets.items()}
     assert {name: (len(recs), sets[name]["k"]) for name, recs in problems.items()} == \
         {"aime24": (2, k), "aime25": (1, k), "amc23": (1, k), "math": (3, 1)}
     assert problems["amc23"][0]["answer"] == "\\frac{5}{6}" and problems["math"][0]["problem"] == "Compute $\\dbinom{6}{2}$."

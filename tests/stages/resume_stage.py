@@ -15,7 +15,7 @@ from parathink.quality import GateFailed
 
 
 def validate(cfg):
-    from parathink.stages.context import ConfigError
+    from parathink.errors import ConfigError
 
     for name in cfg.stage_modules:
         if str(cfg.stage_modules[name]).endswith("resume_stage.py") and int(cfg[name].steps) < 1:

@@ -7,10 +7,10 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
+from parathink.config import config_dir
 from parathink.stages import filter as filter_stage
 from parathink.stages import teacher
 from parathink.stages.context import StageContext
-from parathink.stages.runner import config_dir
 
 
 def _cfg(*overrides):

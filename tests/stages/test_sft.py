@@ -16,10 +16,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from parathink.data.synthetic import corpus, generate, running_values
+from parathink.errors import ConfigError
 from parathink.modeling import add_tag_tokens, build_tiny_model, load_model, save_model
 from parathink.modeling.tokenizer import train_tokenizer
 from parathink.stages import sft as sft_stage
-from parathink.stages.context import ConfigError, StageContext
+from parathink.stages.context import StageContext
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = str(ROOT / "hydra_conf")
@@ -222,7 +223,7 @@ def test_sft_under_torchrun_trains_on_two_processes_and_publishes_once(run_root,
     env = dict(os.environ, CI="true", OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-         "-m", "parathink.stages.runner", "stage", "sft", f"run_dir={run}", "tracking=none", "sft.global_batch=8",
+         "-m", "parathink.cli", "stage", "sft", f"run_dir={run}", "tracking=none", "sft.global_batch=8",
          "sft.micro_batch=4", "sft.max_steps=4", "sft.save_steps=2", "sft.max_minutes=0.0001",
          "sft.gate.enabled=false"],  # one step learns no format; the gate is tests/stages/test_stage_gates.py's
         env=env, capture_output=True, text=True, timeout=600)

@@ -5,9 +5,10 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
+from parathink.config import config_dir
+from parathink.errors import ConfigError
 from parathink.stages import teacher
-from parathink.stages.context import ConfigError, StageContext
-from parathink.stages.runner import config_dir
+from parathink.stages.context import StageContext
 
 
 def _cfg(*overrides):

@@ -35,8 +35,6 @@ from parathink import provenance
 from parathink.data import verl
 from parathink.errors import BadInput
 
-REQUIRED_FIELDS = ("id", "source", "problem", "answer")
-
 
 class SourceError(BadInput):
     """A source that cannot be read as asked; the message names the source, the file and the line."""

@@ -15,7 +15,8 @@ import argparse
 import sys
 import time
 
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
+from parathink.logs import log
 
 
 VERBS = ("compile", "run", "submit", "trainjob")
@@ -54,8 +55,8 @@ def _compile(args) -> int:
     started = time.perf_counter()
     plan = _plan(args.overrides)
     out = compile_to(plan, args.output)
-    print(f"[parathink] wrote {out}: {len(plan.stages)} tasks ({' -> '.join(plan.stages)}), run_dir {plan.run_dir} "
-          f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    log(f"wrote {out}: {len(plan.stages)} tasks ({' -> '.join(plan.stages)}), run_dir {plan.run_dir} "
+        f"({time.perf_counter() - started:.1f} s)")
     return 0
 
 

@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
+from parathink.logs import log
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 POLL_S = 30  # a TrainJob runs for hours: a status read every 30 s costs the API server nothing worth counting
@@ -126,8 +127,7 @@ def wait(api: KubeAPI, manifest: dict, startup_timeout_s: float, poll_s: float =
         done = _condition(obj)
         if done:
             kind, message = done
-            print(f"[parathink] TrainJob {name}: {kind}{': ' + message if message else ''}", file=sys.stderr,
-                  flush=True)
+            log(f"TrainJob {name}: {kind}{': ' + message if message else ''}")
             return 0 if kind == "Complete" else 1
         if not started and _started(obj):
             started = True

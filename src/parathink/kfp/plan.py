@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from parathink import cluster
 from parathink.cluster import Placement
 from parathink.kfp import manifests
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
 
 
 @dataclass(frozen=True)

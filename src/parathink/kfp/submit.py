@@ -17,7 +17,7 @@ from pathlib import Path
 
 from parathink.kfp.pipeline import compile_to
 from parathink.kfp.plan import Plan
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
 
 FINISHED_OK = "SUCCEEDED"
 

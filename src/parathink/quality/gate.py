@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from parathink.errors import ConfigError
+
 
 @dataclass
 class GateInput:
@@ -45,8 +47,6 @@ def gate_section(cfg, stage: str) -> dict:
     """``<stage>.gate`` as plain data; a missing section means no thresholds were configured (a ConfigError)."""
     from omegaconf import OmegaConf
 
-    from parathink.stages.context import ConfigError
-
     node = cfg[stage].get("gate") if stage in cfg else None
     if node is None:
         raise ConfigError(f"{stage}.gate: missing; the stage has a quality gate and needs its thresholds "
@@ -59,8 +59,6 @@ def gate_section(cfg, stage: str) -> dict:
 
 def check_keys(cfg, stage: str, kinds: Mapping[str, str]) -> dict:
     """Validate ``<stage>.gate`` against ``kinds`` (key -> kind, ``"rate?"`` allows null); returns it."""
-    from parathink.stages.context import ConfigError
-
     section = gate_section(cfg, stage)
     for key, kind in {"enabled": "bool", **kinds}.items():
         optional = kind.endswith("?")

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from parathink.errors import ConfigError
+
 FIGURES = ("n", "n_problems", "accuracy", "parallel_rate", "valid_rate")
 
 
@@ -31,8 +33,6 @@ class ProbeSpec:
 
     @classmethod
     def from_cfg(cls, node: Mapping[str, Any], where: str) -> "ProbeSpec":
-        from parathink.stages.context import ConfigError
-
         try:
             spec = cls(problems=dict(node["problems"]), k=int(node["k"]), mode=str(node["mode"]),
                        num_paths=int(node["num_paths"]), temperature=float(node["temperature"]),

@@ -1,7 +1,7 @@
 """What a stage function receives besides its config.
 
 Every stage is ``run(cfg, ctx) -> dict[str, float]`` in ``parathink/stages/<name>.py`` (optionally with
-``validate(cfg) -> None`` that raises ``ConfigError`` before any stage starts). The runner builds the
+``validate(cfg) -> None`` that raises ``parathink.errors.ConfigError`` before any stage starts). The runner builds the
 context: it publishes ``out_dir`` atomically when ``run`` returns (so a killed stage never leaves a
 finished-looking output), keeps ``work_dir`` across reruns (checkpoints live there, so a killed stage
 resumes), and resolves earlier stages' outputs through ``input``.
@@ -14,22 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from parathink.errors import BadInput
+from parathink.errors import StageInputMissing
 from parathink.tracking.base import NullTracker, Tracker
-
-
-class ConfigError(BadInput):
-    """A configuration value that cannot work; the message names the key."""
-
-
-class StageInputMissing(FileNotFoundError):
-    """A stage asked for the output of a stage that has not produced it."""
-
-    exit_code = 2
-
-
-class StageInputStale(BadInput):
-    """A stage asked for an output that was altered after it was published, or made from inputs since replaced."""
 
 
 @dataclass

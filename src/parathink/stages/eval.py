@@ -17,13 +17,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, storage
+from parathink.errors import ConfigError, StageInputMissing
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
 from parathink.jsonl import load_record
 from parathink.quality.eval_gate import KEYS as GATE_KEYS, eval_gate as gate  # noqa: F401  (the runner's)
-from parathink.stages.context import ConfigError, StageContext, StageInputMissing
+from parathink.stages.context import StageContext
+from parathink.stages.eval_sets import SET_KEYS, active_sets, problems_and_k
 
 MODES = ("causal", "structured")
-SET_KEYS = ("k",)  # keys of an eval set entry that are not problem-source keys
 SHARED_KEYS = ("data", "format", "seed")  # the model comes from the stages' outputs, hashed as inputs
 # Under torchrun every process samples its share of each set's problems; rank 0 writes the files.
 DATA_PARALLEL = True
@@ -31,11 +32,6 @@ DATA_PARALLEL = True
 
 # Per model and set, the figures the manifest (and so MLflow) carries; results.json keeps every figure.
 MANIFEST_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any_path_accuracy")
-
-
-def active_sets(cfg: DictConfig) -> dict:
-    """The configured test sets; an experiment disables an inherited one by setting it to null."""
-    return {name: spec for name, spec in cfg.eval.sets.items() if spec is not None}
 
 
 def validate(cfg: DictConfig) -> None:
@@ -79,37 +75,6 @@ def _cached_summary(meta: Path, fingerprint: str) -> dict | None:
     if data is None or data.get("model_hash") != fingerprint or not isinstance(data.get("summary"), dict):
         return None
     return data["summary"]
-
-
-def _problems(spec: dict, seed: int) -> list[dict]:
-    from parathink.data.sources import load_problems
-
-    return load_problems({k: v for k, v in spec.items() if k not in SET_KEYS}, seed=seed)
-
-
-def _set_k(name: str, spec: dict, records: list[dict]) -> dict:
-    """The set's k: the config's, else how many rows repeat each problem in its file (Parallel-R1's combined
-    file: 16 for AIME and AMC, 1 for MATH); ``k_from`` and ``repeats`` go into the set's results."""
-    from parathink.data.sources import repeats
-
-    counts = repeats(records) or {1: 0}
-    file_k = next(iter(counts)) if len(counts) == 1 else None
-    if spec.get("k") is not None:
-        k = int(spec["k"])
-        if file_k not in (None, 1, k):
-            print(f"[parathink] eval: {name}: k={k} from the config; its file repeats each problem {file_k} times",
-                  file=sys.stderr)
-        return {"k": k, "k_from": "config", "repeats": file_k}
-    if file_k is None:
-        mixed = ", ".join(f"{n} problems x{r}" for r, n in sorted(counts.items()))
-        raise ConfigError(f"eval.sets.{name}.k: not set, and its rows per problem differ ({mixed}); set k")
-    return {"k": file_k, "k_from": "repeats", "repeats": file_k}
-
-
-def problems_and_k(name: str, spec: dict, seed: int) -> tuple[list[dict], dict]:
-    """The set's problems and its k (with where k came from), as the stage samples them."""
-    records = _problems(spec, seed)
-    return records, _set_k(name, spec, records)
 
 
 def stage_mode(cfg: DictConfig, stage: str) -> str:

@@ -15,21 +15,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
 
+from parathink.logs import log
 from parathink.quality import GateFailed
 from parathink.quality.expectations import Verdict, markdown_table, summary_line, text_table
 from parathink.quality.gate import GateInput, check_keys, gate_section
 from parathink.stages.manifest import GATES, Manifest
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
-
-
-def log(msg: str) -> None:
-    print(f"[parathink] {msg}", file=sys.stderr, flush=True)
 
 
 def has_gate(module: ModuleType) -> bool:

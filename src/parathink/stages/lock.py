@@ -30,6 +30,7 @@ from pathlib import Path
 
 from parathink import storage
 from parathink.errors import Unavailable
+from parathink.logs import log
 from parathink.storage import conditional
 
 LOCKS = ".locks"
@@ -138,8 +139,7 @@ class StageLock:
                 ttl = float((holder or {}).get("ttl_s", LEASE_TTL_S))
                 if age <= ttl:
                     raise self._held(holder, f", lease renewed {age:.0f} s ago")
-                print(f"[parathink] {self.name}: taking over the lease of {describe(holder)}, not renewed for "
-                      f"{age:.0f} s", file=sys.stderr, flush=True)
+                log(f"{self.name}: taking over the lease of {describe(holder)}, not renewed for {age:.0f} s")
                 etag = conditional.replace(self.uri, body, old_etag)
             if etag is None:
                 current = conditional.read(self.uri)

@@ -26,22 +26,21 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import uuid
 from pathlib import Path
 from typing import Callable
 
 from parathink import provenance, storage
-from parathink.errors import Unavailable
+from parathink.errors import StageInputStale, Unavailable
 from parathink.jsonl import parse_object
-from parathink.stages.context import StageInputStale
+from parathink.logs import log
 from parathink.stages.lock import LOCKS, StageLock
 from parathink.stages.manifest import GATES, MANIFEST, Manifest, ManifestDamaged
 from parathink.storage import digest
 
 
 def warn(msg: str) -> None:
-    print(f"[parathink] warning: {msg}", file=sys.stderr, flush=True)
+    log(f"warning: {msg}")
 
 
 class RunDir:

@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 from parathink.config import resolve_config_path
+from parathink.errors import ConfigError
 from parathink.quality.model_gates import SFT_KEYS as GATE_KEYS, sft_gate as gate  # noqa: F401  (the runner's)
-from parathink.stages.context import ConfigError, StageContext
+from parathink.stages.context import StageContext
+from parathink.training.sft_config import start_stage
 
 # Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
 # and sft.fsdp); the model is written by the main process.
@@ -23,7 +25,7 @@ DATA_PARALLEL = True
 
 
 def validate(cfg) -> None:
-    from parathink.training.sft import COLLATORS, OVERLONG
+    from parathink.training.sft_config import COLLATORS, OVERLONG
 
     s = cfg.sft
     if s.collator not in COLLATORS:
@@ -144,12 +146,6 @@ def _relabel(train_set: list[dict], tok, max_paths: int, seed: int) -> None:
         example["input_ids"] = relabel_thoughts(example["input_ids"], labels, max_paths, rng)
 
 
-def start_stage(cfg) -> str | None:
-    """The stage whose ``model/`` SFT starts from; None when ``sft.init`` is a model source (dir, s3://, hub id)."""
-    init = str(cfg.sft.init)
-    return init if init in ("base", "sft") or init.startswith("rl_") else None
-
-
 def _model_source(cfg, ctx: StageContext):
     stage = start_stage(cfg)
     return ctx.input(stage) / "model" if stage is not None else str(cfg.sft.init)
@@ -160,7 +156,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
 
     from parathink.formats.canonical import engine_form
     from parathink.formats.layouts import TagIds
-    from parathink.modeling import check_structured_attention, install_path_vectors, load_model, save_model
+    from parathink.modeling import check_structured_attention, install_path_vectors, load_model
     from parathink.modeling.factory import to_dtype
     from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
 
@@ -214,7 +210,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     if metrics["steps"] < metrics["planned_steps"]:
         # The schedule was cut before it annealed: the model is worse than the config promises, and what follows
         # (RL from it, the eval table) inherits that. Said where the user looks, and kept in the manifest.
-        from parathink.stages.runner import log
+        from parathink.logs import log
 
         log(f"sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step {int(metrics['steps'])} of "
             f"{int(metrics['planned_steps'])}, before the learning-rate schedule ended; the model is undertrained "

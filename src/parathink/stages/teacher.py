@@ -16,8 +16,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import jsonl
+from parathink.errors import ConfigError
 from parathink.quality.data_gates import TEACHER_KEYS as GATE_KEYS, teacher_gate as gate  # noqa: F401  (the runner's)
-from parathink.stages.context import ConfigError, StageContext
+from parathink.stages.context import StageContext
 from parathink.teacher import BACKENDS, RawStore, TeacherUnavailable
 from parathink.teacher.traces import SUMMARIES
 

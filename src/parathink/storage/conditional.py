@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from email.utils import parsedate_to_datetime
 
-from parathink.storage.uri import _client, _code, _split, s3_error
+from parathink.storage.uri import error_code, s3_client, s3_error, split_uri
 
 _LOST = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409", "NoSuchKey", "404")
 
 
 def _put(uri: str, data: bytes, **condition) -> str | None:
-    bucket, key = _split(uri)
+    bucket, key = split_uri(uri)
     try:
-        return _client().put_object(Bucket=bucket, Key=key, Body=data, **condition)["ETag"].strip('"')
+        return s3_client().put_object(Bucket=bucket, Key=key, Body=data, **condition)["ETag"].strip('"')
     except Exception as err:
-        if _code(err) in _LOST:
+        if error_code(err) in _LOST:
             return None
         raise s3_error(uri, "write", err) from err
 
@@ -37,11 +37,11 @@ def replace(uri: str, data: bytes, etag: str) -> str | None:
 
 def read(uri: str) -> tuple[bytes, str, float] | None:
     """(content, ETag, age in seconds by the server's clock) of ``uri``; None when it does not exist."""
-    bucket, key = _split(uri)
+    bucket, key = split_uri(uri)
     try:
-        resp = _client().get_object(Bucket=bucket, Key=key)
+        resp = s3_client().get_object(Bucket=bucket, Key=key)
     except Exception as err:
-        if _code(err) in ("NoSuchKey", "404"):
+        if error_code(err) in ("NoSuchKey", "404"):
             return None
         raise s3_error(uri, "read", err) from err
     now = parsedate_to_datetime(resp["ResponseMetadata"]["HTTPHeaders"]["date"])
@@ -55,13 +55,13 @@ def delete(uri: str, etag: str | None = None) -> bool:
     A store without conditional deletes (``NotImplemented``) deletes unconditionally: callers read the object and
     check it is theirs first, so only a change in that instant is missed.
     """
-    bucket, key = _split(uri)
+    bucket, key = split_uri(uri)
     try:
-        _client().delete_object(Bucket=bucket, Key=key, **({"IfMatch": f'"{etag}"'} if etag else {}))
+        s3_client().delete_object(Bucket=bucket, Key=key, **({"IfMatch": f'"{etag}"'} if etag else {}))
         return True
     except Exception as err:
-        if _code(err) in _LOST:
+        if error_code(err) in _LOST:
             return False
-        if etag and _code(err) in ("NotImplemented", "InvalidArgument"):
+        if etag and error_code(err) in ("NotImplemented", "InvalidArgument"):
             return delete(uri)
         raise s3_error(uri, "delete", err) from err

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from parathink.storage.uri import _client, _split, _s3, is_s3, safe_join, stat_files
+from parathink.storage.uri import is_s3, s3_client, s3_errors, safe_join, split_uri, stat_files
 
 
 def file_sha256(path: Path) -> str:
@@ -35,10 +35,10 @@ def _stat(uri: str) -> dict[str, dict]:
             st = path.stat()
             return {"": {"size": st.st_size, "mtime_ns": st.st_mtime_ns}}
         return stat_files(path)
-    bucket, key = _split(uri)
+    bucket, key = split_uri(uri)
     if key and not key.endswith("/"):
         try:
-            head = _client().head_object(Bucket=bucket, Key=key)
+            head = s3_client().head_object(Bucket=bucket, Key=key)
             return {"": {"size": head["ContentLength"], "etag": head["ETag"].strip('"')}}
         except Exception:  # not a single object: a prefix (or nothing), listed below
             pass
@@ -58,7 +58,7 @@ def fingerprint(uri: str | Path) -> dict[str, dict]:
 def changed(uri: str | Path, recorded: dict[str, dict], exact: bool = False) -> list[str]:
     """The recorded files that are missing or whose content differs (``exact``: files added count too)."""
     uri = str(uri)
-    with _s3(uri, "check"):
+    with s3_errors(uri, "check"):
         now = _stat(uri)
     out = sorted(set(now) - set(recorded)) if exact else []
     for rel, meta in recorded.items():

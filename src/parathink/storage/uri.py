@@ -51,7 +51,7 @@ def join(uri: str | Path, *parts: str) -> str:
     return str(Path(uri).joinpath(*parts))
 
 
-def _split(uri: str) -> tuple[str, str]:
+def split_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` -> (``bucket``, ``a/b``)."""
     rest = str(uri)[len(_S3):]
     bucket, _, key = rest.partition("/")
@@ -65,7 +65,7 @@ def _split(uri: str) -> tuple[str, str]:
 def check_uri(uri: str) -> None:
     """Raise StorageError when ``uri`` is an s3:// URI without a valid bucket (no network call)."""
     if is_s3(uri):
-        _split(uri)
+        split_uri(uri)
 
 
 def safe_join(root: str | Path, rel: str) -> Path:
@@ -81,7 +81,7 @@ _ENV_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AW
 _clients: dict[tuple, object] = {}
 
 
-def _client():
+def s3_client():
     """A boto3 S3 client (boto3 reads endpoint, credentials and region from the environment itself).
 
     Creating one costs ~0.1 s, so clients are reused for as long as those environment variables stay the same.
@@ -95,19 +95,19 @@ def _client():
     return _clients[key]
 
 
-def _code(err: Exception) -> str:
+def error_code(err: Exception) -> str:
     return str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
 
 
 def _missing(err: Exception) -> bool:
-    return _code(err) in ("404", "NoSuchKey", "NotFound")
+    return error_code(err) in ("404", "NoSuchKey", "NotFound")
 
 
 def s3_error(uri: str, action: str, err: Exception) -> StorageError:
     """A botocore error as a one-line StorageError: the input's fault (exit 2) or S3's (retryable)."""
-    code = _code(err)
+    code = error_code(err)
     if code == "NoSuchBucket":
-        return StorageError(f"{uri}: cannot {action} (bucket {_split(uri)[0]!r} does not exist)")
+        return StorageError(f"{uri}: cannot {action} (bucket {split_uri(uri)[0]!r} does not exist)")
     if type(err).__name__ in ("NoCredentialsError", "PartialCredentialsError", "NoRegionError"):
         return StorageError(f"{uri}: cannot {action} ({err}; set AWS_ACCESS_KEY_ID and the rest in the environment)")
     if not code or code.startswith("5") or code in ("SlowDown", "InternalError", "ServiceUnavailable",
@@ -117,7 +117,7 @@ def s3_error(uri: str, action: str, err: Exception) -> StorageError:
 
 
 @contextmanager
-def _s3(uri: str, action: str) -> Iterator[None]:
+def s3_errors(uri: str, action: str) -> Iterator[None]:
     try:
         yield
     except StorageError:
@@ -147,9 +147,9 @@ def read_bytes(uri: str | Path) -> bytes:
             return Path(uri).read_bytes()
         except OSError as err:
             raise StorageError(f"{uri}: cannot read ({err.strerror or err})") from err
-    bucket, key = _split(str(uri))
-    with _s3(str(uri), "read"):
-        return _client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    bucket, key = split_uri(str(uri))
+    with s3_errors(str(uri), "read"):
+        return s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
 def read_text(uri: str | Path) -> str:
@@ -159,9 +159,9 @@ def read_text(uri: str | Path) -> str:
 def write_bytes(uri: str | Path, data: bytes) -> None:
     """Write ``data`` atomically: readers see the old content or the new one, never a part."""
     if is_s3(uri):
-        bucket, key = _split(str(uri))
-        with _s3(str(uri), "write"):
-            _client().put_object(Bucket=bucket, Key=key, Body=data)
+        bucket, key = split_uri(str(uri))
+        with s3_errors(str(uri), "write"):
+            s3_client().put_object(Bucket=bucket, Key=key, Body=data)
         return
     path = Path(uri)
     if path.is_dir():
@@ -193,15 +193,15 @@ def exists(uri: str | Path) -> bool:
     """True when ``uri`` is a file, a directory, or (S3) a key or a prefix with keys under it."""
     if not is_s3(uri):
         return Path(uri).exists()
-    bucket, key = _split(str(uri))
-    client = _client()
+    bucket, key = split_uri(str(uri))
+    client = s3_client()
     try:
         client.head_object(Bucket=bucket, Key=key)
         return True
     except Exception as err:
         if not _missing(err):
             raise s3_error(str(uri), "check", err) from err
-    with _s3(str(uri), "list"):
+    with s3_errors(str(uri), "list"):
         resp = client.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1)
     return resp.get("KeyCount", 0) > 0
 
@@ -225,11 +225,11 @@ def stat_files(uri: str | Path) -> dict[str, dict]:
                 st = p.stat()
                 out[p.relative_to(root).as_posix()] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
         return out
-    bucket, key = _split(str(uri))
+    bucket, key = split_uri(str(uri))
     prefix = key.rstrip("/") + "/" if key else ""
     out = {}
-    with _s3(str(uri), "list"):
-        for page in _client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    with s3_errors(str(uri), "list"):
+        for page in s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
                 out[obj["Key"][len(prefix):]] = {"size": obj["Size"], "etag": obj["ETag"].strip('"')}
     return out
@@ -240,9 +240,9 @@ def remove_file(uri: str | Path) -> None:
     if not is_s3(uri):
         Path(uri).unlink(missing_ok=True)
         return
-    bucket, key = _split(str(uri))
-    with _s3(str(uri), "delete"):
-        _client().delete_object(Bucket=bucket, Key=key)
+    bucket, key = split_uri(str(uri))
+    with s3_errors(str(uri), "delete"):
+        s3_client().delete_object(Bucket=bucket, Key=key)
 
 
 def remove_tree(uri: str | Path) -> None:
@@ -250,11 +250,11 @@ def remove_tree(uri: str | Path) -> None:
     if not is_s3(uri):
         shutil.rmtree(uri, ignore_errors=True)
         return
-    bucket, key = _split(str(uri))
-    client = _client()
+    bucket, key = split_uri(str(uri))
+    client = s3_client()
     prefix = key.rstrip("/") + "/"
     keys = [prefix + rel for rel in list_files(uri)]
-    with _s3(str(uri), "delete"):
+    with s3_errors(str(uri), "delete"):
         for i in range(0, len(keys), 1000):  # delete_objects takes at most 1000 keys
             client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]]})
 
@@ -271,10 +271,10 @@ def upload_dir(local: str | Path, uri: str | Path, *, last: tuple[str, ...] = ()
     rels = [r for r in list_files(local) if r not in skip]
     ordered = [r for r in rels if r not in last] + [r for r in rels if r in last]
     if is_s3(uri):
-        bucket, key = _split(str(uri))
-        client = _client()
+        bucket, key = split_uri(str(uri))
+        client = s3_client()
         for rel in ordered:
-            with _s3(join(uri, rel), "upload"):
+            with s3_errors(join(uri, rel), "upload"):
                 client.upload_file(str(local / rel), bucket, f"{key.rstrip('/')}/{rel}")
     else:
         for rel in ordered:
@@ -288,12 +288,12 @@ def download_dir(uri: str | Path, local: str | Path) -> list[str]:
     rels = list_files(uri)
     targets = {rel: safe_join(local, rel) for rel in rels}  # every key checked before anything is written
     if is_s3(uri):
-        bucket, key = _split(str(uri))
-        client = _client()
+        bucket, key = split_uri(str(uri))
+        client = s3_client()
         for rel, dest in targets.items():
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.part")
-            with _s3(join(uri, rel), "download"):
+            with s3_errors(join(uri, rel), "download"):
                 client.download_file(bucket, f"{key.rstrip('/')}/{rel}", str(tmp))
             os.replace(tmp, dest)
     else:

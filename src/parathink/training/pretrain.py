@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 
 from parathink.data.prompts import build_prompt
 from parathink.data.synthetic import generate, worked_solution
+from parathink.logs import log
 from parathink.tracking.base import NullTracker, Tracker
 from parathink.training._generate import accuracy
 
@@ -186,6 +186,11 @@ def pretrain(model, tokenizer, cfg, *, work_dir: Path, seed: int = 0, tracker: T
 _STATE_KEYS = ("model", "opt", "step", "elapsed", "rng", "torch_rng")
 
 
+def greedy_accuracy(model, tokenizer, level: str, n: int, seed: int, max_new_tokens: int) -> float:
+    """Greedy accuracy on ``n`` test problems of ``level`` drawn with ``seed``: the base stage's report."""
+    return accuracy(model, tokenizer, generate(level, "test", n, seed), max_new_tokens=max_new_tokens)[0]
+
+
 def _save_state(path: Path, state: dict) -> None:
     """Tensors and plain types only (``weights_only`` loads them back), written whole or not at all."""
     tmp = path.with_name(path.name + ".tmp")
@@ -206,7 +211,7 @@ def _load_state(path: Path) -> dict | None:
         why = "not a pretraining checkpoint"
     except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError... for what it refuses
         why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-    print(f"[parathink] warning: {path} cannot be resumed from ({why}); training starts over", file=sys.stderr)
+    log(f"warning: {path} cannot be resumed from ({why}); training starts over")
     return None
 
 

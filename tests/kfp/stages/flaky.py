@@ -5,7 +5,7 @@ as ``flaky.mode`` says: ``error`` (exit 1) for the first ``flaky.failures`` atte
 from pathlib import Path
 
 from parathink.quality import GateFailed
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
 
 
 def run(cfg, ctx):
