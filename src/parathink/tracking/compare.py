@@ -11,7 +11,6 @@ parent run id (the ``results.json`` artifact the runner logged there; tracking U
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 
@@ -62,7 +61,7 @@ def load_results(ref: str, tracking_uri: str | None) -> dict:
 
 def main_compare(argv: list[str]) -> int:
     from parathink.evaluation.table import format_compare, format_runs
-    from parathink.stages.runner import _guard
+    from parathink.exits import guarded
 
     parser = argparse.ArgumentParser(prog="parathink compare")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories or MLflow run ids (two or more)")
@@ -75,7 +74,7 @@ def main_compare(argv: list[str]) -> int:
             raise BadInput(f"parathink compare: give two or more runs, got {len(args.runs)}")
         uri = args.tracking_uri
         if uri is None:
-            from parathink.stages.runner import compose
+            from parathink.config import compose
 
             uri = str(compose([]).tracking.uri)
         results = [load_results(ref, uri) for ref in args.runs]
@@ -85,7 +84,7 @@ def main_compare(argv: list[str]) -> int:
         else:
             table = format_runs([(ref.rstrip("/").rsplit("/", 1)[-1], r) for ref, r in zip(args.runs, results)])
         print(table)
-    return _guard(go)
+    return guarded(go)
 
 
 if __name__ == "__main__":
