@@ -101,12 +101,3 @@ class PlanRefused(RuntimeError):
         super().__init__(line)
         self.code = code
 
-
-def manifest_metrics(run_dir: str, stage: str) -> dict | None:
-    """The stage's published metrics when the run directory is on this machine (None for s3://)."""
-    if "://" in run_dir:
-        return None
-    path = workdir() / run_dir / stage / "_manifest.json"
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8")).get("metrics")

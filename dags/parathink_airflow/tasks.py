@@ -177,8 +177,7 @@ def _call(name: str, run: Mapping[str, Any], in_pod: bool) -> None:
     else:
         done = _local(argv)
         code, detail = done.code, done.last()
-    _raise_for_exit(name, code, detail, placement)
-    _log_metrics(name, run)
+    _raise_for_exit(name, code, detail, placement)  # its metrics end the stage's own log, on its done line
 
 
 def _local(argv: list[str]) -> local.Finished:
@@ -197,11 +196,3 @@ def _raise_for_exit(name: str, code: int, detail: str, placement: Mapping[str, A
     if code == 3:
         raise AirflowFailException(f"{name}: a data-quality gate failed; nothing after it runs (exit 3): {detail}")
     raise StageFailed(f"{name}: exit code {code}: {detail}", placement["retries"], placement["retry_backoff_s"])
-
-
-def _log_metrics(name: str, run: Mapping[str, Any]) -> None:
-    metrics = local.manifest_metrics(run["run_dir"], name) if run["executor"] == "local" else None
-    if metrics is None:
-        log.info("%s metrics: in %s/%s/_manifest.json", name, run["run_dir"], name)
-    else:
-        log.info("%s metrics: %s", name, " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))

@@ -4,6 +4,11 @@ The configs are edited in the checkout's ``hydra_conf/``; a built wheel carries 
 ``parathink/hydra_conf`` (``setup.py`` copies it at build time), so an installed ``parathink`` composes the
 same configs outside the checkout (in the trainer image, in a KFP component). ``PARATHINK_CONFIG_DIR`` points
 at another folder of the same shape.
+
+Each stage section with a typed config starts from that class (Hydra's structured configs as schema): its YAML
+names ``/schema/<name>`` first in its defaults list, the class holds every option's default and its
+documentation, and Hydra refuses a misspelt key or a value of the wrong type while composing. The schemas are
+registered when this module is imported, so that any Hydra compose of ``hydra_conf`` finds them.
 """
 
 from __future__ import annotations
@@ -11,12 +16,40 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from parathink.stages.context import ConfigError
+from parathink.errors import ConfigError
+from parathink.quality.filter_config import FilterStageConfig
+from parathink.tracking.promote_config import PromoteConfig
+from parathink.training.pretrain_config import BaseConfig
+from parathink.training.rl_config import RLConfig
 
 PACKAGED = Path(__file__).resolve().parent / "hydra_conf"  # present in an installed wheel only
 CHECKOUT = Path(__file__).resolve().parents[2] / "hydra_conf"  # src/parathink/config.py -> <checkout>/hydra_conf
+# Hydra's config group "schema": hydra_conf/stage/{rl,base,filter}.yaml and tracking/sqlite.yaml start from these.
+SCHEMAS = {"rl": RLConfig, "base": BaseConfig, "filter": FilterStageConfig, "promote": PromoteConfig}
+
+
+def register_schemas() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name, cls in SCHEMAS.items():
+        node = OmegaConf.structured(cls)
+        _writable(node)  # a frozen dataclass makes a read-only node; the YAML and the overrides must write to it
+        store.store(group="schema", name=name, node=node)
+
+
+def _writable(node) -> None:
+    OmegaConf.set_readonly(node, None)
+    if isinstance(node, DictConfig):
+        for key in node:
+            child = node._get_node(key)
+            if isinstance(child, DictConfig):
+                _writable(child)
+
+
+register_schemas()
 
 
 def config_dir() -> Path:
@@ -45,10 +78,12 @@ def resolve_config_path(value: str) -> str:
 def _one_line(err: Exception) -> str:
     """Hydra's composition errors span lines; the CLI prints one that names the key."""
     msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    cause = err.__cause__
-    if cause is not None and "not in struct" in str(cause):
-        key = str(cause).split("full_key:")[-1].split()[0] if "full_key:" in str(cause) else ""
+    cause = str(err.__cause__ or "")
+    key = cause.split("full_key:")[-1].split()[0] if "full_key:" in cause else ""
+    if "not in struct" in cause or (key and "Key " in cause and " not in " in cause):
         return f"unknown config key {key!r} ({msg.rstrip('.')}; add a leading '+' only to add a new key)"
+    if key and ("could not be converted" in cause or "is not a" in cause):
+        return f"{key}: {cause.strip().splitlines()[0]}"
     return msg
 
 
@@ -66,8 +101,3 @@ def compose(overrides: list[str]) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(f"config: {_one_line(err)}") from err
     return cfg
-
-
-def experiments() -> list[str]:
-    """The experiment names a user can pick (the files of ``hydra_conf/experiment/``)."""
-    return sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))

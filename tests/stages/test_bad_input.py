@@ -61,7 +61,7 @@ def test_a_read_only_run_dir_is_one_line(tmp_path):
         run.mkdir(mode=0o555)
         run.chmod(0o555)
         drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
-        proc = subprocess.run([*drop, sys.executable, "-m", "parathink.stages.runner", "stage", "teacher",
+        proc = subprocess.run([*drop, sys.executable, "-m", "parathink.cli", "stage", "teacher",
                                f"run_dir={run}", "tracking=none", "teacher.backend=scripted", PROBLEMS % (4, "")],
                               capture_output=True, text=True, cwd=base, timeout=300,
                               env=dict(os.environ, CI="true", HOME=str(base)))

@@ -3,22 +3,18 @@ base.train=true builds tokenizer + model and pretrains (tiny budget here; the fu
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
 
+from parathink.config import compose
+from parathink.errors import ConfigError
 from parathink.formats.layouts import TagIds
 from parathink.modeling import load_model
 from parathink.stages import base
-from parathink.stages.context import ConfigError, StageContext
-
-CONF = str(Path(__file__).resolve().parents[2] / "hydra_conf")
+from parathink.stages.context import StageContext
 
 
 def config(*overrides):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose(list(overrides))
 
 
 def test_default_copies_the_shipped_base(tmp_path):

@@ -98,17 +98,11 @@ def test_eval_config_errors(tmp_path, capsys, override, key):
     assert key in capsys.readouterr().err
 
 
-def test_eval_under_torchrun_splits_each_set_over_the_processes(run_dir, tmp_path):
+def test_eval_under_torchrun_splits_each_set_over_the_processes(run_dir, tmp_path, torchrun):
     """Two real processes: each samples every other problem, rank 0 writes the whole set in its order (the
     same problem ids, in the same order, as a one-process eval of the same run) and the summary over all."""
-    import os
-    import subprocess
-    import sys
-
     ovr = [f"+stage_modules.base={MODEL_STAGE}", "stages=[base,eval]", "eval.models=[base]", *SMALL]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           "29551", "-m", "parathink.stages.runner", "run", f"run_dir={run_dir}", *ovr],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = torchrun("-m", "parathink.cli", "run", f"run_dir={run_dir}", *ovr, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "eval: running on 2 processes" in proc.stderr
     one = tmp_path / "one"

@@ -24,7 +24,7 @@ def manifest(run_dir, stage) -> dict:
 
 def _start(curriculum, *extra, name="prep") -> subprocess.Popen:
     """``parathink stage NAME`` in another process (what a second DAG run or a retried pod is)."""
-    cmd = [sys.executable, "-m", "parathink.stages.runner", "stage", name, *curriculum.overrides(*extra)]
+    cmd = [sys.executable, "-m", "parathink.cli", "stage", name, *curriculum.overrides(*extra)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, CI="true"))
 

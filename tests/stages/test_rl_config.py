@@ -1,32 +1,31 @@
 """Every GRPO-family stage's config composes, validates, and refuses bad values with the key named."""
 
-import importlib
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from parathink.stages.context import ConfigError
+from parathink.config import compose
+from parathink.errors import ConfigError
+from parathink.stages.rl import rl_config, rl_hard
+from parathink.stages.runner import main_stage, stage_module
 
 CONF = str(Path(__file__).resolve().parents[2] / "hydra_conf")
 STAGES = ["rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline"]
 
 
 def _cfg(overrides=()):
-    with initialize_config_dir(config_dir=CONF, version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose(list(overrides))
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_default_config_validates(stage):
-    importlib.import_module(f"parathink.stages.{stage}").validate(_cfg())
+    cfg = _cfg()
+    stage_module(cfg, stage).validate(cfg)
 
 
 def test_schedules_and_modes_per_stage():
-    from parathink.training.rl import stage_config
-
     cfg = _cfg()
-    got = {s: (stage_config(cfg, s).reward, stage_config(cfg, s).init_from, stage_config(cfg, s).mode) for s in STAGES}
+    got = {s: (rl_config(cfg, s).reward, rl_config(cfg, s).init_from, rl_config(cfg, s).mode) for s in STAGES}
     assert got["rl_easy"][:2] == ("parallel_x_accuracy", "sft")
     assert got["rl_hard"][:2] == ("accuracy", "rl_easy")
     assert got["rl_scaffold"][:2] == ("scaffold", "rl_easy")
@@ -48,13 +47,23 @@ def test_schedules_and_modes_per_stage():
 ])
 def test_bad_values_fail_in_validate_naming_the_key(override, key):
     stage = key.split(".")[0]
+    cfg = _cfg([override])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        importlib.import_module(f"parathink.stages.{stage}").validate(_cfg([override]))
+        stage_module(cfg, stage).validate(cfg)
+
+
+@pytest.mark.parametrize("override, words", [
+    ("rl_hard.stepz=3", ["unknown config key 'rl_hard.stepz'"]),
+    ("rl_hard.steps=many", ["rl_hard.steps", "'many'", "Integer"]),
+])
+def test_a_misspelt_key_or_a_wrong_type_fails_while_composing(override, words, capsys):
+    """The stage's schema (RLConfig) is checked by Hydra itself: one line naming the key, exit 2."""
+    assert main_stage("rl_hard", ["tracking=none", override]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and all(w in line for w in words), line
 
 
 def test_on_policy_loss_refuses_several_passes():
-    from parathink.stages import rl_hard
-
     with pytest.raises(ConfigError, match="rl_hard.updates_per_step"):
         rl_hard.validate(_cfg(["rl_hard.policy_loss=on_policy", "rl_hard.updates_per_step=2"]))
 
@@ -65,8 +74,6 @@ def test_on_policy_loss_refuses_several_passes():
     ("zero4.json", "{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage=4, expected 0, 1, 2 or 3"),
 ])
 def test_a_bad_deepspeed_file_fails_in_validate(tmp_path, name, text, why):
-    from parathink.stages import rl_hard
-
     path = tmp_path / name
     if text is not None:
         path.write_text(text)

@@ -81,13 +81,9 @@ def test_bad_config_is_one_line_before_any_stage(curriculum, capsys, override, n
     assert curriculum.ran() == []
 
 
-def test_a_torchrun_launch_runs_data_parallel_stages_on_every_process_and_the_rest_on_rank_0(tmp_path):
+def test_a_torchrun_launch_runs_data_parallel_stages_on_every_process_and_the_rest_on_rank_0(tmp_path, torchrun):
     """Two real processes: `solo` and `last` run on rank 0 while the other waits, `par` (DATA_PARALLEL) runs on
     both and sums their ranks over the launch's process group; rank 0 alone publishes; a relaunch skips all."""
-    import os
-    import subprocess
-    import sys
-
     here = Path(__file__).parent
     run, calls = tmp_path / "run", tmp_path / "calls.jsonl"
     args = [f"run_dir={run}", "tracking=none", "stages=[solo,par,last]",
@@ -95,12 +91,7 @@ def test_a_torchrun_launch_runs_data_parallel_stages_on_every_process_and_the_re
             f"+stage_modules.last={here / 'rank_stage.py'}", f"+solo.calls={calls}", f"+par.calls={calls}",
             f"+last.calls={calls}", "+par.input=solo", "+par.collective=true", "+last.input=par"]
 
-    def launch(port: int) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                               str(port), "-m", "parathink.stages.runner", "run", *args], capture_output=True,
-                              text=True, timeout=300, env=dict(os.environ, CI="true", OMP_NUM_THREADS="1"))
-
-    proc = launch(29541)
+    proc = torchrun("-m", "parathink.cli", "run", *args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran = [json.loads(line) for line in calls.read_text().splitlines()]
     assert sorted((c["stage"], c["rank"]) for c in ran) == [("last", 0), ("par", 0), ("par", 1), ("solo", 0)]
@@ -111,27 +102,20 @@ def test_a_torchrun_launch_runs_data_parallel_stages_on_every_process_and_the_re
     assert proc.stderr.count("par: running on 2 processes") == 1 and "solo: running (" in proc.stderr
     assert not list((run / ".tmp").iterdir()) and not list((run / ".work").iterdir())
 
-    proc = launch(29542)
+    proc = torchrun("-m", "parathink.cli", "run", *args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(calls.read_text().splitlines()) == 4  # nothing ran again, on either process
     assert proc.stderr.count("skipped (up to date)") == 3  # said once, by rank 0
 
 
-def test_a_process_failing_under_torchrun_ends_the_launch_instead_of_hanging_it(tmp_path):
+def test_a_process_failing_under_torchrun_ends_the_launch_instead_of_hanging_it(tmp_path, torchrun):
     """Rank 0 fails while rank 1 waits inside a collective it will never join: rank 0 must exit at once (no closing
     barrier) so that torchrun stops rank 1; the launch fails within the timeout and publishes nothing."""
-    import os
-    import subprocess
-    import sys
-
     here = Path(__file__).parent
     run, calls = tmp_path / "run", tmp_path / "calls.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547",
-         "-m", "parathink.stages.runner", "run", f"run_dir={run}", "tracking=none", "stages=[par]",
-         f"+stage_modules.par={here / 'rank_stage_parallel.py'}", f"+par.calls={calls}", "+par.collective=true",
-         "+par.fail_rank=0"],
-        capture_output=True, text=True, timeout=180, env=dict(os.environ, CI="true", OMP_NUM_THREADS="1"))
+    proc = torchrun("-m", "parathink.cli", "run", f"run_dir={run}", "tracking=none", "stages=[par]",
+                    f"+stage_modules.par={here / 'rank_stage_parallel.py'}", f"+par.calls={calls}",
+                    "+par.collective=true", "+par.fail_rank=0", timeout=180)
     assert proc.returncode != 0
     assert "rank 0 fails on purpose" in proc.stderr
     assert not (run / "par").exists()

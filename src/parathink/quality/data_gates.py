@@ -66,11 +66,11 @@ def _filter_input(cfg, scratch: Path) -> Path:
 
 def filter_gate(cfg, out: GateInput) -> list[Expectation]:
     from parathink.quality import data_suites
+    from parathink.quality.filter_config import FilterStageConfig
     from parathink.quality.traces import BadLine, judge, read_raw
-    from parathink.stages.filter import bounds
 
     g = gate_section(cfg, "filter")
-    filter_cfg = bounds(cfg)
+    filter_cfg = FilterStageConfig.of(cfg).bounds()
     # The accepted traces judged again, independently of the verdicts the filter wrote next to them.
     items = list(read_raw(out.folder / "accepted.jsonl"))
     accepted = [judge(item[1], filter_cfg) for item in items if not isinstance(item, BadLine)]

@@ -22,17 +22,10 @@ from typing import Iterable, Iterator
 from parathink.formats import parse
 from parathink.grading import grade
 from parathink.jsonl import lone_surrogate
+from parathink.quality.filter_config import FilterConfig
 
 REQUIRED = ("problem", "answer", "response")
 MAX_LISTED_BAD_LINES = 1000  # the report lists this many; the count is always exact
-
-
-@dataclass(frozen=True)
-class FilterConfig:
-    grammar: str = "parallel_r1"
-    min_chars: int = 1  # response length bounds, in characters
-    max_chars: int = 8000
-    one_per_problem: bool = True
 
 
 @dataclass

@@ -1,1 +1,9 @@
-"""One function per curriculum stage, and the runner that chains them."""
+"""One function per curriculum stage, and the runner that chains them.
+
+A stage NAME is the module ``parathink.stages.NAME`` (``run(cfg, ctx)``, optionally ``validate``, ``gate``, ...;
+``parathink.stages.runner.Stage``), except where ``BUILTIN`` says otherwise: the four GRPO-family stages are one
+module, ``rl.py``. A config's ``stage_modules`` maps further names (plug-in stages).
+"""
+
+RL_STAGES = ("rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
+BUILTIN = {name: f"parathink.stages.rl:{name}" for name in RL_STAGES}

@@ -16,33 +16,32 @@ from __future__ import annotations
 import shutil
 import time
 
+from omegaconf import OmegaConf
+
+from parathink.errors import ConfigError
 from parathink.quality.model_gates import BASE_KEYS as GATE_KEYS, base_gate as gate  # noqa: F401  (the runner's)
-from parathink.stages.context import ConfigError, StageContext
+from parathink.stages.context import StageContext
+from parathink.training.pretrain_config import BaseConfig
 
 KINDS = ("tiny", "pretrained")
 
 
 def validate(cfg) -> None:
+    settings(cfg)
+
+
+def settings(cfg) -> BaseConfig:
+    """The ``base`` section as a checked ``BaseConfig``, with what it asks of the model config."""
     if cfg.model.kind not in KINDS:
         raise ConfigError(f"model.kind={cfg.model.kind!r}: expected one of {KINDS}")
-    b = cfg.base
-    if b.train and cfg.model.kind != "tiny":
+    base = BaseConfig.from_cfg(OmegaConf.to_container(cfg.base, resolve=True))
+    if base.train and cfg.model.kind != "tiny":
         raise ConfigError("base.train=true only builds the tiny model; set model=tiny")
-    for key in ("train_size", "batch_size", "max_steps", "eval_every", "eval_n"):
-        if int(b[key]) <= 0:
-            raise ConfigError(f"base.{key} must be > 0, got {b[key]}")
-    if not 0.0 <= float(b.easy_fraction) <= 1.0:
-        raise ConfigError(f"base.easy_fraction must be in [0, 1], got {b.easy_fraction}")
-    if int(b.get("pack_len", 0)) < 0:
-        raise ConfigError(f"base.pack_len must be >= 0 (0 pads instead of packing), got {b.pack_len}")
-    if b.loss_on not in ("response", "all"):
-        raise ConfigError(f"base.loss_on must be 'response' or 'all', got {b.loss_on!r}")
-    if float(b.lr) <= 0 or float(b.max_minutes) <= 0:
-        raise ConfigError("base.lr and base.max_minutes must be > 0")
+    return base
 
 
 def run(cfg, ctx: StageContext) -> dict[str, float]:
-    validate(cfg)
+    base = settings(cfg)
     out = ctx.out_dir / "model"
     if cfg.model.kind == "pretrained":
         from parathink.modeling import load_model, save_model
@@ -51,7 +50,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
                                 attn_implementation=cfg.model.attn_implementation)
         save_model(model, tok, out)
         return {"params": float(sum(p.numel() for p in model.parameters()))}
-    if not cfg.base.train:
+    if not base.train:
         from parathink.modeling import resolve_source
 
         src = resolve_source(cfg.model.source)
@@ -59,40 +58,38 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
             raise ConfigError(f"model.source={cfg.model.source!r} is not a local checkpoint; the tiny base is copied")
         shutil.copytree(src, out, dirs_exist_ok=True)
         return {"trained": 0.0}
-    return _train_tiny(cfg, ctx)
+    return _train_tiny(cfg, base, ctx)
 
 
-def _train_tiny(cfg, ctx: StageContext) -> dict[str, float]:
+def _train_tiny(cfg, base: BaseConfig, ctx: StageContext) -> dict[str, float]:
     import torch
 
-    from parathink.data.synthetic import corpus, generate
+    from parathink.data.synthetic import corpus
     from parathink.modeling import add_tag_tokens, build_tiny_model, load_tokenizer, save_model
     from parathink.modeling.tokenizer import train_tokenizer
-    from parathink.training._generate import accuracy
-    from parathink.training.pretrain import pretrain
+    from parathink.training.pretrain import greedy_accuracy, pretrain
 
     t0 = time.perf_counter()
-    if int(cfg.base.num_threads) > 0:
-        torch.set_num_threads(int(cfg.base.num_threads))
+    if base.num_threads > 0:
+        torch.set_num_threads(base.num_threads)
     tok_dir = ctx.work_dir / "tokenizer"
     if (tok_dir / "tokenizer.json").exists():  # resume: the weights in work_dir belong to this vocabulary
         tok = load_tokenizer(tok_dir)
     else:
         t = cfg.model.tokenizer
-        tok = train_tokenizer(corpus(int(t.corpus_size), int(cfg.base.tokenizer_corpus_seed)),
+        tok = train_tokenizer(corpus(int(t.corpus_size), base.tokenizer_corpus_seed),
                               int(t.vocab_size), int(t.min_frequency))
         tok.save_pretrained(tok_dir)
     model = build_tiny_model(cfg.model, tok)
     ctx.tracker.log_params({"base.params": sum(p.numel() for p in model.parameters()), "base.vocab": len(tok)})
     torch.manual_seed(ctx.seed)
-    metrics = pretrain(model, tok, cfg.base, work_dir=ctx.work_dir, seed=ctx.seed, tracker=ctx.tracker,
+    metrics = pretrain(model, tok, base, work_dir=ctx.work_dir, seed=ctx.seed, tracker=ctx.tracker,
                        progress=ctx.progress)
     metrics["vocab"] = float(len(tok))
-    if int(cfg.base.report_n) > 0:  # test split, a seed no training or validation draw used
+    if base.report_n > 0:  # test split, a seed no training or validation draw used
         for level in ("easy", "hard"):
-            acc, _ = accuracy(model, tok, generate(level, "test", int(cfg.base.report_n), ctx.seed + 7),
-                              max_new_tokens=int(cfg.base.max_new_tokens))
-            metrics[f"greedy_{level}"] = acc
+            metrics[f"greedy_{level}"] = greedy_accuracy(model, tok, level, base.report_n, ctx.seed + 7,
+                                                         base.max_new_tokens)
     add_tag_tokens(model, tok)
     save_model(model, tok, ctx.work_dir / "final")
     shutil.copytree(ctx.work_dir / "final", ctx.out_dir / "model", dirs_exist_ok=True)

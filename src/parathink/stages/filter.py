@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 
 from parathink import jsonl, provenance
 from parathink.quality.data_gates import FILTER_KEYS as GATE_KEYS, filter_gate as gate  # noqa: F401  (the runner's)
-from parathink.stages.context import ConfigError, StageContext
+from parathink.quality.filter_config import FilterStageConfig
+from parathink.stages.context import StageContext
 
 SHARED_KEYS = ("format", "seed")
 # Short override names of `parathink stage filter input=RAW.jsonl output=DIR gate.min_valid_rate=R` (issue 3):
@@ -40,24 +41,8 @@ def expand_overrides(overrides: list[str]) -> list[str]:
     return out
 
 
-def bounds(cfg: DictConfig):
-    from parathink.quality.traces import FilterConfig
-
-    f = cfg.filter
-    return FilterConfig(grammar=str(f.format), min_chars=int(f.length.min_chars), max_chars=int(f.length.max_chars),
-                        one_per_problem=bool(f.one_per_problem))
-
-
 def validate(cfg: DictConfig) -> None:
-    from parathink.formats.tags import GRAMMARS
-
-    f = cfg.filter
-    if f.format not in GRAMMARS:
-        raise ConfigError(f"filter.format: {f.format!r} is not one of {', '.join(GRAMMARS)}")
-    if int(f.length.min_chars) > int(f.length.max_chars):
-        raise ConfigError(f"filter.length: min_chars {f.length.min_chars} > max_chars {f.length.max_chars}")
-    if f.input is not None and not str(f.input).startswith("s3://") and not Path(str(f.input)).is_file():
-        raise ConfigError(f"filter.input: {f.input} is not a file")
+    FilterStageConfig.of(cfg)
 
 
 def _write_jsonl(path: Path, records) -> int:
@@ -77,8 +62,8 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _input_path(cfg: DictConfig, ctx: StageContext) -> Path:
-    src = cfg.filter.input
+def _input_path(f: FilterStageConfig, ctx: StageContext) -> Path:
+    src = f.input
     if src is None:
         return ctx.input("teacher") / "raw.jsonl"
     provenance.note_read(str(src))  # an input from outside the run directory: its edit makes this stage stale
@@ -95,7 +80,7 @@ def filter_file(raw: Path, out: Path, cfg: DictConfig) -> dict:
     """Filter ``raw`` into ``out``; returns the report."""
     from parathink.quality.traces import accepted_record, build_report, filter_records, read_raw, rejected_record
 
-    filter_cfg = bounds(cfg)
+    filter_cfg = FilterStageConfig.of(cfg).bounds()
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     result = filter_records(read_raw(raw), filter_cfg)
@@ -108,8 +93,9 @@ def filter_file(raw: Path, out: Path, cfg: DictConfig) -> dict:
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
-    raw = _input_path(cfg, ctx)
-    out = Path(str(cfg.filter.output)) if cfg.filter.output is not None else ctx.out_dir
+    f = FilterStageConfig.of(cfg)
+    raw = _input_path(f, ctx)
+    out = Path(f.output) if f.output is not None else ctx.out_dir
     report = filter_file(raw, out, cfg)
     if out.resolve() != Path(ctx.out_dir).resolve():  # keep the run directory's copy complete too
         shutil.copytree(out, ctx.out_dir, dirs_exist_ok=True)

@@ -17,7 +17,9 @@ import sys
 
 from omegaconf import DictConfig
 
-from parathink.stages.context import ConfigError, StageContext
+from parathink.errors import ConfigError
+from parathink.stages.context import StageContext
+from parathink.tracking.promote_config import PromoteConfig
 
 # The registry and the run's MLflow parent are recorded by `tracking`; the eval stage's results are the input.
 SHARED_KEYS = ("tracking", "experiment_name", "seed")
@@ -25,16 +27,7 @@ TABLE_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "relative_position")
 
 
 def validate(cfg: DictConfig) -> None:
-    if str(cfg.tracking.backend) != "mlflow":
-        raise ConfigError(f"promote: needs the MLflow registry (tracking.backend=mlflow), got "
-                          f"tracking.backend={cfg.tracking.backend}")
-    metric = str(cfg.tracking.promote.metric)
-    if "." not in metric:
-        raise ConfigError(f"tracking.promote.metric: must be <eval set>.<key> (e.g. hard.accuracy), got {metric!r}")
-    try:
-        float(cfg.tracking.promote.margin)
-    except (TypeError, ValueError):
-        raise ConfigError(f"tracking.promote.margin: must be a number, got {cfg.tracking.promote.margin!r}") from None
+    PromoteConfig.of(cfg)
 
 
 def failed_gates(rundir, stages: list[str]) -> list[str]:
@@ -81,7 +74,6 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict:
     from parathink.stages.rundir import RunDir
     from parathink.quality import GateFailed
     from parathink.tracking import reachable, registry
-    from parathink.tracking.curriculum import registered_name
 
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
     failed = failed_gates(rundir, [str(s) for s in cfg.stages if str(s) != ctx.name])
@@ -89,12 +81,13 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict:
         raise GateFailed(f"promote: not promoting a run whose gates failed at {', '.join(failed)}",
                          failures=[{"stage": s} for s in failed], report_dir=str(rundir.root))
     results = json.loads((ctx.input("eval") / "results.json").read_text(encoding="utf-8"))
-    metric, margin = str(cfg.tracking.promote.metric), float(cfg.tracking.promote.margin)
+    rule = PromoteConfig.of(cfg)
+    metric, margin = rule.metric, float(rule.margin)
     parent = rundir.read_run().get("mlflow", {}).get("parent_run_id")
     if not parent:
         raise ConfigError(f"promote: {rundir.root}/run.json names no MLflow run (was the run tracked with MLflow?)")
     client = reachable.client(str(cfg.tracking.uri))
-    name = registered_name(cfg)
+    name = registry.registered_name(cfg)
     candidate = best_version_of_run(client, name, parent, results, metric)
     if candidate is None:
         raise ConfigError(f"promote: no registered model of this run has a value for {metric} in its eval")

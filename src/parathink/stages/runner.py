@@ -1,8 +1,8 @@
 """The curriculum runner: compose and validate the config, then run stages with skip, resume and atomic publish.
 
-The lead's CLI calls ``main_run`` (``parathink run``), ``main_stage`` (``parathink stage NAME``, what Airflow
-and Kubeflow call), ``main_demo``, ``main_promote`` and ``main_compare``. Exit codes: 0 ok, 2 bad config or
-input, 3 a data-quality gate failed, 1 anything else (with its traceback).
+``parathink run``, ``parathink stage NAME`` (what Airflow and Kubeflow call), ``parathink plan`` and ``parathink
+demo`` are ``main_run``, ``main_stage``, ``main_plan`` and ``main_demo`` here (``parathink.cli`` dispatches); each
+returns its exit code (``parathink.exits``: 0 ok, 2 bad config or input, 3 a quality gate failed, 1 anything else).
 
 Per stage (DESIGN.md, "The curriculum"):
 1. the config hash covers the stage's section plus the shared keys it reads (``manifest.stage_config``);
@@ -13,8 +13,10 @@ Per stage (DESIGN.md, "The curriculum"):
    the manifest and publishes atomically, then clears ``work_dir``.
 Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does 2 and 3's bookkeeping; stages
 marked ``DATA_PARALLEL`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
-Stage modules are imported lazily by name (``parathink.stages.<name>``, or the config's ``stage_modules``
-mapping: a dotted module or a ``.py`` file), so a missing stage is a one-line config error.
+Stages are imported lazily by name (``parathink.stages.<name>``, ``parathink.stages.BUILTIN``, or the config's
+``stage_modules`` mapping: a dotted module, ``module:attribute`` or a ``.py`` file), so a missing stage is a
+one-line config error. Each stage's log ends with one line that carries its metrics:
+``[parathink] filter: done in 5.1 s, output 3f2a...; accepted=36 accepted_rate=0.45 ...``.
 """
 
 from __future__ import annotations
@@ -26,53 +28,77 @@ import os
 import shutil
 import sys
 import time
-import traceback
 from pathlib import Path
-from types import ModuleType
+from typing import Any, Protocol
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from parathink import distributed, memory, provenance, storage
-from parathink.config import compose, config_dir  # noqa: F401  (config_dir: re-exported for callers)
-from parathink.errors import ParathinkError
+from parathink.config import compose
+from parathink.errors import ConfigError
+from parathink.exits import EXIT_OK, guarded
 from parathink.jsonl import load_record
-from parathink.redact import redact_text
-from parathink.stages.context import ConfigError, StageContext, StageInputMissing
+from parathink.logs import log, metrics_tail
 from parathink.quality import GateFailed
-from parathink.stages import gating
+from parathink.redact import redact_text
+from parathink.stages import BUILTIN, gating
+from parathink.stages.context import StageContext
 from parathink.stages.manifest import DEFAULT_SHARED_KEYS, GATES, Manifest, config_hash, stage_config
 from parathink.stages.rundir import RunDir
 
-EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_GATE = 0, 1, 2, 3
 ATTEMPT = "_attempt.json"  # in work_dir: which config hash the scratch belongs to
 
 
-def log(msg: str) -> None:
-    print(f"[parathink] {msg}", file=sys.stderr, flush=True)
+class Stage(Protocol):
+    """What the runner calls on a stage (a module, or an object such as ``parathink.stages.rl.RLStage``).
+
+    Required: ``run(cfg, ctx) -> dict`` (its metrics). Optional: ``validate(cfg)`` (raise ConfigError before any
+    stage starts), ``gate(cfg, out)`` with ``GATE_KEYS`` (its quality gate), ``DATA_PARALLEL`` (run on every
+    process of a launch), ``SHARED_KEYS`` (the keys outside its section it reads), ``expand_overrides(list)``
+    (short override names).
+    """
+
+    def run(self, cfg: DictConfig, ctx: StageContext) -> dict: ...
 
 
 # ---------------------------------------------------------------- config
 
-def stage_module(cfg: DictConfig, name: str) -> ModuleType:
-    """Import the module of stage ``name`` (config ``stage_modules`` may point it elsewhere)."""
-    target = str(cfg.get("stage_modules", {}).get(name, f"parathink.stages.{name}"))
+def stage_module(cfg: DictConfig, name: str) -> Stage:
+    """The stage ``name``: ``stage_modules.<name>`` when the config maps it, else the built-in one."""
+    target = str(cfg.get("stage_modules", {}).get(name, BUILTIN.get(name, f"parathink.stages.{name}")))
     if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise ConfigError(f"stage_modules.{name}: file {target} does not exist")
-        spec = importlib.util.spec_from_file_location(f"parathink_stage_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        stage = _load_file(name, target)
     else:
-        try:
-            module = importlib.import_module(target)
-        except ModuleNotFoundError as err:
-            if err.name and target.startswith(err.name):
-                raise ConfigError(f"stage {name!r}: module {target} does not exist (not implemented yet?)") from err
-            raise ConfigError(f"stage {name!r}: importing {target} failed: {err}") from err
-    if not callable(getattr(module, "run", None)):
+        stage = _import_target(name, target)
+    if not callable(getattr(stage, "run", None)):
         raise ConfigError(f"stage {name!r}: {target} has no run(cfg, ctx) function")
+    return stage
+
+
+def _load_file(name: str, target: str) -> Any:
+    path = Path(target)
+    if not path.is_file():
+        raise ConfigError(f"stage_modules.{name}: file {target} does not exist")
+    spec = importlib.util.spec_from_file_location(f"parathink_stage_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
+
+
+def _import_target(name: str, target: str) -> Any:
+    """``package.module`` or ``package.module:attribute``."""
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            raise ConfigError(f"stage {name!r}: module {module_name} does not exist (not implemented yet?)") from err
+        raise ConfigError(f"stage {name!r}: importing {module_name} failed: {err}") from err
+    if not attribute:
+        return module
+    if not hasattr(module, attribute):
+        raise ConfigError(f"stage {name!r}: {module_name} has no {attribute!r}")
+    return getattr(module, attribute)
 
 
 TRACKING_BACKENDS = ("mlflow", "jsonl", "none")
@@ -93,32 +119,32 @@ def _validate_run(cfg: DictConfig) -> None:
         raise ConfigError(f"tracking.backend: {cfg.tracking.backend!r} is not one of {', '.join(TRACKING_BACKENDS)}")
 
 
-def validate(cfg: DictConfig, names: list[str]) -> dict[str, ModuleType]:
-    """Everything that can be checked before the first stage starts; returns the imported modules."""
+def validate(cfg: DictConfig, names: list[str]) -> dict[str, Stage]:
+    """Everything that can be checked before the first stage starts; returns the stages."""
     _validate_run(cfg)
     try:
         distributed.world_size()
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    modules = {}
+    stages = {}
     for name in names:
         if name not in cfg or not isinstance(cfg[name], DictConfig):
             raise ConfigError(f"stages: unknown stage {name!r} (no config section {name!r})")
-        modules[name] = stage_module(cfg, name)
-        check = getattr(modules[name], "validate", None)
+        stages[name] = stage_module(cfg, name)
+        check = getattr(stages[name], "validate", None)
         if callable(check):
             check(cfg)
-        gating.validate(cfg, name, modules[name])
+        gating.validate(cfg, name, stages[name])
     for name in cfg.get("force", []):
         if name not in cfg:
             raise ConfigError(f"force: unknown stage {name!r}")
-    return modules
+    return stages
 
 
 # ---------------------------------------------------------------- one stage
 
-def _shared_keys(module: ModuleType) -> tuple[str, ...]:
-    return tuple(getattr(module, "SHARED_KEYS", DEFAULT_SHARED_KEYS))
+def _shared_keys(stage: Stage) -> tuple[str, ...]:
+    return tuple(getattr(stage, "SHARED_KEYS", DEFAULT_SHARED_KEYS))
 
 
 def is_up_to_date(rundir: RunDir, name: str, chash: str) -> tuple[bool, str]:
@@ -186,83 +212,56 @@ def _default_threads() -> int:
     return default_threads()
 
 
-def run_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tracking,
+def run_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking,
               procs: distributed.Group | None = None) -> dict:
     """Run (or skip) one stage; returns its manifest as a dict.
 
     Rank 0 holds the stage's lock (``parathink.stages.lock``) from the up-to-date check to the publish, so no other
     process runs or publishes this stage meanwhile. Under a multi-process launch (``procs.size`` > 1) rank 0
-    decides, tracks and publishes; a stage whose module says ``DATA_PARALLEL = True`` runs on every process (each
-    writes its outputs only on rank 0), any other runs on rank 0 while the rest wait.
+    decides, tracks and publishes; a stage that says ``DATA_PARALLEL = True`` runs on every process (each writes
+    its outputs only on rank 0), any other runs on rank 0 while the rest wait.
     """
     procs = procs or distributed.Group()
-    section = stage_config(cfg, name, _shared_keys(module))
+    section = stage_config(cfg, name, _shared_keys(stage))
     chash = config_hash(section)
     if not procs.is_main:
-        return _follow_stage(cfg, name, module, rundir, procs)
+        return _follow_stage(cfg, name, stage, rundir, procs)
     with rundir.lock(name) as lock:
-        return _lead_stage(cfg, name, module, rundir, tracking, procs, section, chash, lock)
+        return _lead_stage(cfg, name, stage, rundir, tracking, procs, section, chash, lock)
 
 
-def _follow_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, procs: distributed.Group) -> dict:
+def _follow_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, procs: distributed.Group) -> dict:
     """A rank other than 0: rank 0's decision, then the stage's work if it is data-parallel."""
     skip, _ = procs.broadcast(None)
     if skip and name not in list(cfg.get("force", [])):
         return {"stage": name, "status": "skipped"}
     procs.barrier()  # rank 0 prepares the scratch (it may discard a stale one)
-    if getattr(module, "DATA_PARALLEL", False):
-        _run_on_other_rank(cfg, name, module, rundir, procs.rank)
+    if getattr(stage, "DATA_PARALLEL", False):
+        _run_on_other_rank(cfg, name, stage, rundir, procs.rank)
     procs.barrier()  # rank 0 publishes
     return {"stage": name, "status": "ran"}
 
 
-def _lead_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, tracking,
+def _lead_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking,
                 procs: distributed.Group, section: dict, chash: str, lock) -> dict:
+    """Rank 0: skip the stage when it is up to date, else run it, judge its gate and publish."""
     forced = name in list(cfg.get("force", []))
     skip, why = procs.broadcast(is_up_to_date(rundir, name, chash))
     if skip and not forced:
-        published = rundir.manifest(name)
-        log(f"{name}: skipped ({why})")
-        if gating.needs_evaluation(cfg, name, module, published):
-            gating.recheck(cfg, name, module, rundir, published, tracking)
-        gating.raise_if_failed(name, published.gates, rundir.stage_uri(name))
-        return {"stage": name, "status": "skipped", **json.loads(published.to_json())}
-    on_every_rank = bool(getattr(module, "DATA_PARALLEL", False))
+        return _skip(cfg, name, stage, rundir, tracking, why)
     work, attempt = _prepare_work_dir(rundir, name, chash)
     procs.barrier()
-    resumed = attempt["attempts"] > 1
+    on_every_rank = bool(getattr(stage, "DATA_PARALLEL", False))
     where = f" on {procs.size} processes" if procs.size > 1 and on_every_rank else ""
     log(f"{name}: running{where} ({why}{'; forced' if forced else ''}"
-        f"{'; resuming from its work dir' if resumed else ''})")
-
-    inputs: dict[str, str | None] = {}
-
-    def resolve(stage: str) -> Path:
-        rundir.check_input(stage)  # altered after publishing, or made from replaced inputs: never consumed
-        inputs[stage] = rundir.output_hash(stage)  # recorded even when absent: its arrival triggers a rerun
-        attempt["inputs"] = dict(inputs)  # what this attempt's scratch was made from
-        (work / ATTEMPT).write_text(json.dumps(attempt))
-        return rundir.resolve_input(stage)
-
+        f"{'; resuming from its work dir' if attempt['attempts'] > 1 else ''})")
     tracker = tracking.stage_tracker(name, work, section)
-    manifest = Manifest(stage=name, config_hash=chash, config=section, inputs=inputs, seed=int(cfg.seed),
+    manifest = Manifest(stage=name, config_hash=chash, config=section, inputs={}, seed=int(cfg.seed),
                         started_at=time.time(), mlflow_run_id=getattr(tracker, "run_id", None))
     tmp = rundir.fresh_tmp(name)
-    ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
-                       resolve_input=resolve)
-    per_stage = memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
     try:
-        with provenance.recording() as external:
-            metrics = _call(module, cfg, ctx)
-        # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
-        metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
-        manifest.inputs, manifest.external = dict(inputs), dict(external)
-        manifest.finish(tmp, metrics)
-        # The gate judges the finished output before it is published, so the verdict is published with it; an
-        # output whose gate fails (or cannot be evaluated) is still published, for inspection, and never consumed.
-        manifest.gates, gate_error = gating.evaluate(cfg, name, module, tmp, tmp / GATES, manifest, rundir)
-        lock.check()  # a lease lost while the stage ran (taken over, broken): another process owns the output now
-        published = rundir.publish(name, tmp, manifest)
+        published, gate_error = _run_and_publish(cfg, name, stage, rundir, manifest, tmp, work, attempt,
+                                                 tracker, lock)
     except BaseException:
         tracking.stage_failed(name, tracker)
         raise
@@ -271,24 +270,63 @@ def _lead_stage(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, 
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)  # finished: the scratch (checkpoints) is no longer needed
     procs.barrier()
-    log(f"{name}: done in {manifest.duration_s:.1f} s, output {manifest.output_hash}")
+    log(f"{name}: done in {manifest.duration_s:.1f} s, output {manifest.output_hash}{metrics_tail(manifest.metrics)}")
     if gate_error is not None:
         raise gate_error  # no verdict: the next run evaluates the gate again, without recomputing the stage
     gating.raise_if_failed(name, manifest.gates, rundir.stage_uri(name))
     return {"status": "ran", **json.loads(manifest.to_json())}
 
 
-def _call(module: ModuleType, cfg: DictConfig, ctx: StageContext) -> dict:
+def _skip(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking, why: str) -> dict:
+    """An up-to-date stage: its published verdict stands (judged again only when its thresholds changed)."""
+    published = rundir.manifest(name)
+    log(f"{name}: skipped ({why}){metrics_tail(published.metrics)}")
+    if gating.needs_evaluation(cfg, name, stage, published):
+        gating.recheck(cfg, name, stage, rundir, published, tracking)
+    gating.raise_if_failed(name, published.gates, rundir.stage_uri(name))
+    return {"stage": name, "status": "skipped", **json.loads(published.to_json())}
+
+
+def _run_and_publish(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, manifest: Manifest, tmp: Path,
+                     work: Path, attempt: dict, tracker, lock) -> tuple[Path, Exception | None]:
+    """Run the stage into ``tmp``, record what it read and made, judge its gate, publish. Returns where it was
+    published and the error that kept the gate from reaching a verdict (None when it reached one)."""
+    inputs = manifest.inputs
+
+    def resolve(other: str) -> Path:
+        rundir.check_input(other)  # altered after publishing, or made from replaced inputs: never consumed
+        inputs[other] = rundir.output_hash(other)  # recorded even when absent: its arrival triggers a rerun
+        attempt["inputs"] = dict(inputs)  # what this attempt's scratch was made from
+        (work / ATTEMPT).write_text(json.dumps(attempt))
+        return rundir.resolve_input(other)
+
+    ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
+                       resolve_input=resolve)
+    per_stage = memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
+    with provenance.recording() as external:
+        metrics = _call(stage, cfg, ctx)
+    # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
+    metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
+    manifest.inputs, manifest.external = dict(inputs), dict(external)
+    manifest.finish(tmp, metrics)
+    # The gate judges the finished output before it is published, so the verdict is published with it; an output
+    # whose gate fails (or cannot be evaluated) is still published, for inspection, and never consumed.
+    manifest.gates, gate_error = gating.evaluate(cfg, name, stage, tmp, tmp / GATES, manifest, rundir)
+    lock.check()  # a lease lost while the stage ran (taken over, broken): another process owns the output now
+    return rundir.publish(name, tmp, manifest), gate_error
+
+
+def _call(stage: Stage, cfg: DictConfig, ctx: StageContext) -> dict:
     threads = _torch_threads()
     try:
-        return module.run(cfg, ctx) or {}
+        return stage.run(cfg, ctx) or {}
     finally:
         # A stage may pin torch's threads (the teacher runs on 1); `parathink run` executes every stage in one
-        # process, so without this the next stage silently inherits it (measured: sft 1.6x slower in a demo).
+        # process, so without this the next stage would silently inherit it.
         _torch_threads(threads if threads is not None else _default_threads())
 
 
-def _run_on_other_rank(cfg: DictConfig, name: str, module: ModuleType, rundir: RunDir, rank: int) -> None:
+def _run_on_other_rank(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, rank: int) -> None:
     """A data-parallel stage on a rank other than 0: the same scratch (checkpoints are loaded by every rank),
     its own throw-away output folder, no tracking, no manifest."""
     tmp = rundir.local / ".tmp" / f"{name}.rank{rank}"
@@ -297,7 +335,7 @@ def _run_on_other_rank(cfg: DictConfig, name: str, module: ModuleType, rundir: R
     ctx = StageContext(name=name, out_dir=tmp, work_dir=rundir.work_dir(name), seed=int(cfg.seed),
                        resolve_input=rundir.resolve_input, progress=False)
     try:
-        _call(module, cfg, ctx)
+        _call(stage, cfg, ctx)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -322,14 +360,14 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     from parathink.tracking.curriculum import CurriculumTracking
 
     quiet_progress_under_ci()
-    modules = validate(cfg, names)
+    stages = validate(cfg, names)
     names = [n for n in names if cfg[n].get("enabled", True)]
     procs = distributed.group()  # one process: the identity; under torchrun: joins the processes here
     if procs.is_main:
         CurriculumTracking.check_reachable(cfg)
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"), process_rank=procs.rank)
     if not procs.is_main:  # rank 0 alone writes run.json and tracks
-        records = {name: run_stage(cfg, name, modules[name], rundir, CurriculumTracking(cfg), procs) for name in names}
+        records = {name: run_stage(cfg, name, stages[name], rundir, CurriculumTracking(cfg), procs) for name in names}
         distributed.finish()
         return records
     rundir.probe()
@@ -341,13 +379,20 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
         started["tracking"] = CurriculumTracking.from_config(cfg, rundir, meta)
 
     rundir.update_run(start)
-    tracking = started["tracking"]
+    records = _run_stages(cfg, names, stages, rundir, started["tracking"], procs)
+    distributed.finish()
+    return records
+
+
+def _run_stages(cfg: DictConfig, names: list[str], stages: dict[str, Stage], rundir: RunDir, tracking,
+                procs: distributed.Group) -> dict[str, dict]:
+    """Rank 0: the stages in order, each one's outcome in run.json; the MLflow parent run closed either way."""
     records: dict[str, dict] = {}
     status = "FAILED"
     try:
         for name in names:
             try:
-                records[name] = run_stage(cfg, name, modules[name], rundir, tracking, procs)
+                records[name] = run_stage(cfg, name, stages[name], rundir, tracking, procs)
             except GateFailed:
                 _record_gate_failure(rundir, name)
                 raise
@@ -357,7 +402,6 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
         status = "FINISHED"
     finally:
         tracking.run_finished(rundir, status=status)
-    distributed.finish()
     return records
 
 
@@ -371,48 +415,14 @@ def _record_gate_failure(rundir: RunDir, name: str) -> None:
     rundir.update_run(lambda meta: meta.setdefault("stages", {}).__setitem__(name, entry))
 
 
-def _guard(fn) -> int:
-    """Map exceptions to exit codes and one-line messages (tracebacks only for real bugs)."""
-    code = _exit_code(fn)
-    if code != EXIT_OK:
-        distributed.abandon()  # a failed process does not wait at exit for the others (see distributed.abandon)
-    return code
-
-
-def _exit_code(fn) -> int:
-    try:
-        fn()
-        return EXIT_OK
-    except KeyboardInterrupt:
-        print("parathink: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:
-        code = _code_of(err)
-        if code is None:
-            traceback.print_exc()
-            return EXIT_ERROR
-        what = "quality gate failed" if code == EXIT_GATE else "error"
-        print(f"parathink: {what}: {redact_text(' '.join(str(err).split()))}", file=sys.stderr)
-        return code
-
-
-def _code_of(err: Exception) -> int | None:
-    """The exit code of an error the user can act on (one line, no traceback); None for a bug."""
-    if isinstance(err, (ParathinkError, StageInputMissing)):  # GateFailed among them: exit 3
-        return int(type(err).exit_code)
-    if type(err).__name__ == "TeacherUnavailable":  # retries exhausted; what was generated is kept
-        return EXIT_ERROR
-    if isinstance(err, FileNotFoundError):  # a path the config names (a model source, a file) does not exist
-        return EXIT_BAD_INPUT
-    return None
-
+# ---------------------------------------------------------------- the commands (parathink.cli dispatches)
 
 def main_run(overrides: list[str]) -> int:
     """``parathink run [overrides]``: every stage of ``cfg.stages`` in order."""
     def go():
         cfg = compose(overrides)
         execute(cfg, [str(s) for s in cfg.stages])
-    return _guard(go)
+    return guarded(go)
 
 
 def main_stage(name: str, overrides: list[str]) -> int:
@@ -420,7 +430,18 @@ def main_stage(name: str, overrides: list[str]) -> int:
     def go():
         cfg = compose(_stage_aliases(name, overrides))
         execute(cfg, [name])
-    return _guard(go)
+    return guarded(go)
+
+
+def _stage_aliases(name: str, overrides: list[str]) -> list[str]:
+    """Short overrides a built-in stage accepts (filter: ``input=``, ``output=``, ``gate.*=``), expanded."""
+    target = BUILTIN.get(name, f"parathink.stages.{name}")
+    try:
+        stage = _import_target(name, target)
+    except ConfigError:
+        return overrides  # unknown stage: compose/execute report it
+    expand = getattr(stage, "expand_overrides", None)
+    return expand(overrides) if expand else overrides
 
 
 def plan_document(cfg: DictConfig, names: list[str]) -> dict:
@@ -453,23 +474,11 @@ def main_plan(overrides: list[str]) -> int:
     def go():
         cfg = compose(overrides)
         print(json.dumps(plan_document(cfg, [str(s) for s in cfg.stages]), indent=1))
-    return _guard(go)
-
-
-def _stage_aliases(name: str, overrides: list[str]) -> list[str]:
-    """Short overrides a stage module accepts (filter: ``input=``, ``output=``, ``gate.*=``), expanded."""
-    try:
-        module = importlib.import_module(f"parathink.stages.{name}")
-    except ImportError:
-        return overrides  # unknown stage: compose/execute report it
-    expand = getattr(module, "expand_overrides", None)
-    return expand(overrides) if expand else overrides
+    return guarded(go)
 
 
 def main_demo(argv: list[str]) -> int:
     """``parathink demo [overrides]``: the tiny curriculum, then its table and how to open MLflow."""
-    from parathink.evaluation.table import format_table, format_vs_start
-
     state: dict = {}
 
     def go():
@@ -477,10 +486,16 @@ def main_demo(argv: list[str]) -> int:
         started = time.time()
         execute(cfg, [str(s) for s in cfg.stages])
         state["cfg"], state["minutes"] = cfg, (time.time() - started) / 60
-    code = _guard(go)
+    code = guarded(go)
     if code != EXIT_OK or distributed.rank() != 0:  # one process prints the table
         return code
-    cfg = state["cfg"]
+    _print_demo_summary(state["cfg"], state["minutes"])
+    return EXIT_OK
+
+
+def _print_demo_summary(cfg: DictConfig, minutes: float) -> None:
+    from parathink.evaluation.table import format_table, format_vs_start
+
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
     results_dir = rundir.resolve_input("eval")
     if (results_dir / "results.json").exists():
@@ -489,49 +504,10 @@ def main_demo(argv: list[str]) -> int:
         deltas = format_vs_start(results)
         if deltas:
             print("\n" + deltas)
-    print(f"\ncurriculum finished in {state['minutes']:.1f} min; run directory: {rundir.root}")
+    print(f"\ncurriculum finished in {minutes:.1f} min; run directory: {rundir.root}")
     if cfg.tracking.backend == "mlflow":
         mlflow_bin = Path(sys.executable).with_name("mlflow")
         print(f"MLflow UI:  {mlflow_bin if mlflow_bin.exists() else 'mlflow'} ui --backend-store-uri "
               f"{redact_text(str(cfg.tracking.uri))} --port 5000   (run it here, then open http://127.0.0.1:5000; experiment "
               f"{cfg.tracking.experiment}, registered model {cfg.tracking.registered_model})")
-    return EXIT_OK
 
-
-def main_promote(argv: list[str]) -> int:
-    from parathink.tracking.registry import main_promote as promote
-
-    return promote(argv)
-
-
-def main_compare(argv: list[str]) -> int:
-    from parathink.tracking.compare import main_compare as compare
-
-    return compare(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m parathink.stages.runner run|stage NAME|demo|promote|compare ...`` (the CLI's fallback)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        print("usage: runner run|stage NAME|demo|promote|compare [args]", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    cmd, rest = argv[0], argv[1:]
-    if cmd == "run":
-        return main_run(rest)
-    if cmd == "stage" and rest:
-        return main_stage(rest[0], rest[1:])
-    if cmd == "demo":
-        return main_demo(rest)
-    if cmd == "plan":
-        return main_plan(rest)
-    if cmd == "promote":
-        return main_promote(rest)
-    if cmd == "compare":
-        return main_compare(rest)
-    print(f"runner: unknown command {cmd!r}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
-if __name__ == "__main__":
-    sys.exit(main())

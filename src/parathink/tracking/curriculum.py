@@ -16,19 +16,15 @@ from parathink.jsonl import load_record
 from parathink.redact import recorded_config, redact_text
 from parathink.stages.manifest import GATES
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
+from parathink.tracking.registry import registered_name
 
 TRACKING_FILE = "_tracking.json"  # in a stage's work_dir: its nested MLflow run id
-MODEL_STAGES = ("base", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
 
 
 def _recorded_run_id(file: Path) -> str | None:
     """The nested run id a killed attempt left (None when there is none or the file is damaged)."""
     data = load_record(file, "the stage gets a new MLflow run")
     return data.get("run_id") if data else None
-
-
-def registered_name(cfg: DictConfig) -> str:
-    return str(cfg.tracking.get("registered_model") or f"parathink-{cfg.experiment_name}")
 
 
 class CurriculumTracking:

@@ -11,7 +11,14 @@ from __future__ import annotations
 import sys
 from typing import Mapping
 
+from parathink.tracking.promote_config import PromoteConfig
+
 CANDIDATE, CHAMPION = "candidate", "champion"
+
+
+def registered_name(cfg) -> str:
+    """The registered model a run's checkpoints become versions of."""
+    return str(cfg.tracking.get("registered_model") or f"parathink-{cfg.experiment_name}")
 
 
 def register_model(client, name: str, run_id: str, *, stage: str, tags: Mapping[str, str] | None = None):
@@ -120,20 +127,18 @@ def promote(client, name: str, candidate_ref: str, metric: str, margin: float) -
 
 def main_promote(argv: list[str]) -> int:
     """``parathink promote [overrides]``: e.g. ``tracking.promote.candidate=3 tracking.promote.margin=0.01``."""
-    from parathink.stages.runner import _guard, compose
+    from parathink.config import compose
+    from parathink.exits import guarded
 
     def go():
-        from parathink.stages.promote import validate
-        from parathink.tracking.curriculum import registered_name
         from parathink.tracking.reachable import client
 
         cfg = compose(list(argv))
-        validate(cfg)  # the metric and margin, one line each when bad
-        p = cfg.tracking.promote
-        promoted, why = promote(client(str(cfg.tracking.uri)), registered_name(cfg), str(p.candidate),
-                                str(p.metric), float(p.margin))
+        rule = PromoteConfig.of(cfg)  # the metric and margin, one line each when bad
+        promoted, why = promote(client(str(cfg.tracking.uri)), registered_name(cfg), rule.candidate, rule.metric,
+                                float(rule.margin))
         print(why)
-    return _guard(go)
+    return guarded(go)
 
 
 if __name__ == "__main__":

@@ -1,91 +1,116 @@
-"""The settings of every GRPO-family stage (rl_easy, rl_hard, rl_scaffold, grpo_baseline), checked before any rollout.
+"""``RLConfig``: the settings of every GRPO-family stage (rl_easy, rl_hard, rl_scaffold, grpo_baseline).
 
-Each field is documented where it is declared and grouped by concern (TRL's GRPOConfig habit); the values of the
-tiny default and their trade-offs live in ``hydra_conf/stage/<stage>.yaml``. ``from_cfg`` turns a stage's config
-node into an ``RLConfig`` and raises ``ValueError`` naming ``<stage>.<key>`` for any value that cannot work,
-so a bad config fails in ``validate(cfg)`` before a model is loaded.
+Every option is declared here, with its default and what it does, grouped by concern (TRL's GRPOConfig habit).
+The defaults are the tiny curriculum's algorithm settings (the experiment ``parathink run`` runs on a laptop)
+wherever its four RL stages agree. ``hydra_conf/stage/rl.yaml`` adds what the demo needs to fit its time (wall-clock
+caps, the before/after probe) and the gate thresholds, each stage's file (``rl_easy.yaml``, ...) what sets that
+stage apart, and an experiment what it changes (``parallel_r1_seen``: the paper's batch, budget and learning rate).
+The class is the Hydra schema of those files (``parathink.config``), so a misspelt key or a value of the wrong type
+fails when the config is composed; ``check`` then refuses any value that cannot work, naming ``<stage>.<key>``,
+before a model is loaded. No torch here: ``parathink plan`` validates RL stages
+in the orchestrator image, which has none.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Mapping
 
-from parathink.data import synthetic
-from parathink.training.advantages import ADVANTAGES
-from parathink.training.losses import AGGREGATIONS, POLICY_LOSSES, LossSpec
+from parathink.errors import ConfigError
 
 ENGINE_MODES = ("causal", "structured")
 MIXED_PRECISION = ("no", "bf16", "fp16")
 OLD_LOGPROBS = ("engine", "recompute")
+# The names parathink.training.advantages and .losses register (a test keeps them equal); listed here so that
+# validation needs no torch.
+ADVANTAGES = ("group_std", "batch_std", "none")
+POLICY_LOSSES = ("clipped", "on_policy")
+AGGREGATIONS = ("token_mean", "seq_mean")
+
+
+def _hard_problems() -> dict[str, Any]:
+    return {"source": "synthetic", "level": "hard", "split": "train", "n": 20000, "uri": None, "limit": None}
 
 
 @dataclass(frozen=True)
 class RLConfig:
+    enabled: bool = True  # false: `parathink run` leaves the stage out
+
     # --- start, data, reward (Parallel-R1 §3.3: which model, which problems, which schedule) ---
     init_from: str = "sft"  # earlier stage whose ``model/`` is the starting policy
     # Train problems, any spec of parathink.data.sources.load_problems: the synthetic domain
-    # ({source: synthetic, level, split: train, n}) or a data set ({source: gsm8k | dapo_math_17k, uri, limit}).
-    # Steps cycle through them, reshuffled each epoch.
-    problems: Mapping[str, Any] = field(default_factory=lambda: {"source": "synthetic", "level": "hard",
-                                                                 "split": "train", "n": 2000})
-    reward: str = "accuracy"  # reward schedule name in parathink.rewards
+    # ({source: synthetic, level, split: train, n}) or a data set ({source: gsm8k | dapo_math_17k, uri, limit}: uri =
+    # local file, s3:// or hub:ORG/NAME, limit = first N rows). Steps cycle through them, reshuffled each epoch; more
+    # than steps x prompts_per_step means none is seen twice.
+    problems: dict[str, Any] = field(default_factory=_hard_problems)
+    reward: str = "accuracy"  # reward schedule in parathink.rewards (accuracy: R_acc = +1 / -1)
     scaffold_steps: int = 200  # reward=scaffold: alternating S2 reward up to this step, accuracy after (§4.3)
-    mode: str = "structured"  # engine mode: causal (Seen) or structured (Unseen, paths forked)
-    num_paths: int = 2  # paths per block in structured mode
+    mode: str = "structured"  # engine mode: structured (paths forked, Unseen layout) | causal (Seen, one stream)
+    num_paths: int = 2  # paths forked per block in structured mode (Parallel-R1's public code: 2)
 
     # --- rollouts ---
-    steps: int = 100  # optimiser steps (each on freshly sampled rollouts)
-    prompts_per_step: int = 16  # problems per step
-    group_size: int = 8  # rollouts per problem, GRPO's G (>= 2: a group of one has no baseline)
-    token_budget: int = 160  # tokens per rollout, prompt included and every branch counted
-    temperature: float = 1.0  # sampling temperature
-    top_p: float = 1.0  # nucleus sampling threshold
-    rollout_batch_size: int = 128  # rows the engine decodes together (forked paths count as rows)
-    repetition_penalty_in_paths: float = 1.0  # NPR: 1.02 inside steps only; 1.0 = off
-    min_fork_budget: int = 0  # NPR: no fork with fewer tokens of budget left (1024 in the paper)
-    cuda_graphs: bool = True  # on a GPU, replay the engine's decode step as CUDA graphs; false = eager launches
+    steps: int = 300  # optimiser steps, each on fresh rollouts (max_minutes may stop earlier)
+    prompts_per_step: int = 16  # problems per step, group_size rollouts each; split evenly over the processes
+    group_size: int = 8  # rollouts per problem, GRPO's G: >= 2, larger = a better baseline, slower steps
+    # Tokens per rollout, the prompt included and every path counted; the engine closes open tags past it. The tiny
+    # hard problems: prompt <= 95 tokens + 3 paths and a summary <= ~300.
+    token_budget: int = 420
+    temperature: float = 1.0  # sampling temperature (the paper trains and evaluates at 1.0)
+    top_p: float = 1.0  # nucleus sampling; < 1 lowers variance but biases the on-policy log-probs
+    # Rows the engine decodes at once (forked paths count: 128 rollouts x 3 paths); larger = faster until memory
+    # runs out.
+    rollout_batch_size: int = 384
+    repetition_penalty_in_paths: float = 1.0  # NPR: 1.02 inside paths only, against looping paths; 1.0 = off
+    min_fork_budget: int = 0  # NPR: no fork with fewer budget tokens left (1024), no block cut mid-path; 0 = off
+    cuda_graphs: bool = True  # GPU only: replay the engine's decode step as CUDA graphs; false = eager launches
 
     # --- objective (DeepSeekMath eq. 3; DAPO; NPR's PAPO) ---
-    advantage: str = "group_std"  # parathink.training.advantages registry
-    policy_loss: str = "clipped"  # parathink.training.losses registry
-    loss_agg: str = "token_mean"  # token_mean (DAPO) or seq_mean (GRPO)
-    eps_low: float = 0.2  # lower clip of the ratio
-    eps_high: float = 0.2  # upper clip of the ratio (DAPO clip-higher when > eps_low)
-    kl_coef: float = 0.0  # k3 KL to the frozen start model; 0 loads no reference model
-    drop_zero_variance: bool = False  # DAPO dynamic sampling without refill: drop all-same-reward groups
+    advantage: str = "group_std"  # group_std (GRPO) | batch_std (PAPO) | none (Dr. GRPO)
+    policy_loss: str = "clipped"  # clipped (PPO/GRPO surrogate) | on_policy (PAPO: pi/sg(pi), no clipping)
+    loss_agg: str = "token_mean"  # token_mean (DAPO, token-level) | seq_mean (GRPO, sample-level)
+    eps_low: float = 0.2  # lower clip range of the ratio
+    eps_high: float = 0.28  # upper clip range; > eps_low lets rare good tokens grow (DAPO clip-higher, Parallel-R1 S2)
+    kl_coef: float = 0.0  # weight of the k3 KL to the frozen start model; 0 loads no reference (Parallel-R1's runs)
+    drop_zero_variance: bool = False  # DAPO dynamic sampling without refill: drop groups that all scored the same
     drop_invalid_format: bool = False  # PAPO / NPR: drop rollouts that break the format before the update
-    updates_per_step: int = 1  # optimiser passes over one step's rollouts (PPO epochs, each one step)
-    micro_batch_size: int = 64  # rollouts per forward/backward (gradient accumulation inside a step)
+    updates_per_step: int = 1  # passes over a step's rollouts; > 1 makes later passes off-policy (clipping acts)
+    micro_batch_size: int = 64  # rollouts per forward/backward; lowers memory, not the result
 
     # --- optimiser ---
-    lr: float = 2e-5
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup_steps: int = 0  # linear warm-up, then constant
-    grad_clip: float = 1.0  # max global gradient norm (<= 0 disables)
+    lr: float = 2e-5  # the tiny model's: 2e-5 gained 4-5 points in 4 minutes, 1e-4 collapsed (the paper: 1e-6)
+    weight_decay: float = 0.0  # AdamW decay; RL runs usually keep none
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW moments
+    warmup_steps: int = 0  # linear warm-up steps, then constant (the paper's RL lr is constant)
+    grad_clip: float = 1.0  # max global gradient norm (<= 0 disables); lower = steadier, slower
 
     # --- robustness and bookkeeping ---
-    max_nan_steps: int = 3  # consecutive steps with a NaN loss or reward before training stops
-    checkpoint_every: int = 25  # steps between resumable checkpoints in the work dir
-    max_minutes: float = 0.0  # wall-clock cap: stop after the step that crosses it and publish; 0 = none
-    # Training problems sampled (group_size each, one fixed seed) by the start and the final policy, so the
-    # stage reports its training reward before and after on the same problems and draws; 0 = off.
+    max_nan_steps: int = 3  # consecutive steps with a NaN loss or reward (each skipped) before training stops
+    checkpoint_every: int = 25  # steps between resumable checkpoints in the work dir; smaller = less lost on a kill
+    max_minutes: float = 0.0  # wall-clock cap, the start probe included: stop after the step that crosses it; 0 = none
+    # Training problems sampled (group_size each, one fixed seed) by the start and the final policy, so the stage
+    # reports its training reward before and after on the same problems and draws; 0 = off.
     probe_prompts: int = 0
-    mixed_precision: str = "no"  # accelerate's mixed precision
-    # DeepSpeed JSON for a multi-GPU launch: ZeRO-1/2 shard optimiser state and gradients (the engine samples with
-    # the whole parameters every process keeps); ZeRO-3 shards the parameters too, and the engine then samples
-    # with a full copy refreshed once per step. null = DDP under torchrun, or one process.
+    mixed_precision: str = "no"  # accelerate: no | bf16 | fp16
+    # DeepSpeed JSON for a multi-process launch: ZeRO-1/2 shard optimiser state and gradients (the engine samples
+    # with the whole parameters every process keeps); ZeRO-3 shards the parameters too, and the engine then samples
+    # with a full copy refreshed once per step (hydra_conf/deepspeed/zero2.json, zero3.json). null = DDP under
+    # torchrun, or one process.
     deepspeed: str | None = None
     # Where the ratio's old log-probs come from: the engine's sampling pass (free), or a no-grad pass of the
-    # training forward before the update (one more forward). With bf16 the two differ (measured on an H200:
-    # mean 6e-3, max 0.1 nats per token), which biases the ratio; fp32 keeps them within 1e-4.
+    # training forward before the update (one more forward). In bf16 the two differ (an H200: mean 6e-3, max 0.1
+    # nats per token), which biases the ratio; fp32 keeps them within 1e-4.
     old_logprobs: str = "engine"
-    num_threads: int = 0  # torch CPU threads; 0 keeps torch's default
-    extra: Mapping[str, Any] = field(default_factory=dict)  # keys the stage file adds (``enabled``, ``gate``)
+    num_threads: int = 0  # torch CPU threads; 0 keeps torch's default (all cores), 1 when other jobs share them
+    # The stage's quality gate, judged from its own records when it finishes (parathink.quality.rl_gate, docs/
+    # gates.md); its thresholds are in rl.yaml. Not part of the config hash.
+    gate: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def loss_spec(self) -> LossSpec:
+    def loss_spec(self):
+        from parathink.training.losses import LossSpec
+
         return LossSpec(policy_loss=self.policy_loss, loss_agg=self.loss_agg, eps_low=self.eps_low,
                         eps_high=self.eps_high, kl_coef=self.kl_coef)
 
@@ -95,30 +120,25 @@ class RLConfig:
 
     @classmethod
     def from_cfg(cls, node: Mapping[str, Any], stage: str) -> "RLConfig":
-        """Build and check; every error names ``<stage>.<key>`` and what was wrong."""
-        known = {f.name for f in fields(cls)} - {"extra"}
-        values = {k: node[k] for k in node if k in known}
-        extra = {k: node[k] for k in node if k not in known}
-        unexpected = sorted(set(extra) - {"enabled", "gate"})  # gate: read by parathink.quality.rl_gate
+        """Build and check a stage's section (a plain mapping); every error names ``<stage>.<key>``."""
+        known = {f.name for f in fields(cls)}
+        unexpected = sorted(set(node) - known)
         if unexpected:
-            raise ValueError(f"{stage}.{unexpected[0]}: unknown RL setting")
+            raise ConfigError(f"{stage}.{unexpected[0]}: unknown RL setting")
+        values = dict(node)
         if "problems" in values:
             values["problems"] = dict(values["problems"])
         if "betas" in values:
             values["betas"] = tuple(float(b) for b in values["betas"])
-        if values.get("deepspeed"):  # written relative to the checkout; found in the wheel's copy in a pod
-            from parathink.config import resolve_config_path
-
-            values["deepspeed"] = resolve_config_path(str(values["deepspeed"]))
-        cfg = cls(**values, extra=extra)
+        cfg = cls(**values)
         cfg.check(stage)
         return cfg
 
     def check(self, stage: str) -> None:
         from parathink.rewards import REWARDS
 
-        def bad(key: str, why: str) -> ValueError:
-            return ValueError(f"{stage}.{key}={getattr(self, key)!r}: {why}")
+        def bad(key: str, why: str) -> ConfigError:
+            return ConfigError(f"{stage}.{key}={getattr(self, key)!r}: {why}")
 
         for key, registry in (("advantage", ADVANTAGES), ("policy_loss", POLICY_LOSSES),
                               ("loss_agg", AGGREGATIONS), ("reward", REWARDS)):
@@ -168,27 +188,30 @@ class RLConfig:
     def _check_deepspeed(self, stage: str) -> None:
         if not self.deepspeed:
             return
-        import json
-        from pathlib import Path
-
         where = f"{stage}.deepspeed={self.deepspeed}"
         try:
             ds = json.loads(Path(self.deepspeed).read_text(encoding="utf-8"))
         except OSError as e:
-            raise ValueError(f"{where}: cannot read it ({e.strerror})") from None
+            raise ConfigError(f"{where}: cannot read it ({e.strerror})") from None
         except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not JSON ({e.msg} at line {e.lineno})") from None
+            raise ConfigError(f"{where}: not JSON ({e.msg} at line {e.lineno})") from None
         zero = (ds.get("zero_optimization") or {}).get("stage", 0)
         if zero not in (0, 1, 2, 3):
-            raise ValueError(f"{where}: zero_optimization.stage={zero!r}, expected 0, 1, 2 or 3")
+            raise ConfigError(f"{where}: zero_optimization.stage={zero!r}, expected 0, 1, 2 or 3")
 
     def _check_problems(self, stage: str) -> None:
         spec = dict(self.problems)
         where = f"{stage}.problems"
         if not spec.get("source"):
-            raise ValueError(f"{where}={spec}: needs a 'source' (synthetic, gsm8k, dapo_math_17k, ...)")
+            raise ConfigError(f"{where}={spec}: needs a 'source' (synthetic, gsm8k, dapo_math_17k, ...)")
         if spec["source"] != "synthetic":
             return  # the loader itself names a bad source or URI, still before any rollout
         if spec.get("split") != "train":
-            raise ValueError(f"{where}.split={spec.get('split')!r}: RL trains on the train split only")
-        synthetic.check_spec(spec, where)  # level, n (bounded), seed
+            raise ConfigError(f"{where}.split={spec.get('split')!r}: RL trains on the train split only")
+        from parathink.data import synthetic
+        from parathink.errors import BadInput
+
+        try:
+            synthetic.check_spec(spec, where)  # level, n (bounded), seed
+        except BadInput as err:
+            raise ConfigError(str(err)) from None
