@@ -119,7 +119,7 @@ def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine") -> dic
                    token_budget=longest + args.new_tokens, temperature=1.0, top_p=1.0, advantage="group_std",
                    policy_loss="clipped", loss_agg="token_mean", kl_coef=0.0, updates_per_step=1,
                    micro_batch_size=args.prompts * args.group, lr=args.lr, checkpoint_every=10_000,
-                   old_logprobs=old_logprobs)
+                   rollout_batch_size=128, eps_high=0.2, old_logprobs=old_logprobs)
     ctx = StageContext.standalone("bench_rl", work / f"ours_{old_logprobs}")
     train(cfg, ctx, ckpt, stage="bench", grammar="parallel_r1", model_cfg=OmegaConf.create({"dtype": "float32"}))
     rows = [json.loads(line) for line in (ctx.out_dir / "metrics.jsonl").read_text().splitlines()][1:]

@@ -420,7 +420,7 @@ def rl_step(part: dict, model, tok, scale: Scale) -> None:
     device = next(model.parameters()).device
     cfg = RLConfig(init_from="-", mode="structured", num_paths=2, prompts_per_step=scale.rl_prompts,
                    group_size=scale.rl_group, token_budget=scale.prompt_len + scale.rl_new_tokens,
-                   rollout_batch_size=scale.rl_rows, micro_batch_size=scale.rl_micro, lr=1e-7)
+                   rollout_batch_size=scale.rl_rows, micro_batch_size=scale.rl_micro, lr=1e-7, eps_high=0.2)
     problems = [Problem(id=str(i), prompt_ids=p, answer="7")
                 for i, p in enumerate(_prompts(tok, scale.rl_prompts, scale.prompt_len, seed=3))]
     coin = random.Random(0)

@@ -10,6 +10,7 @@ from parathink.data.synthetic import corpus, generate
 from parathink.modeling import build_tiny_model
 from parathink.modeling.tokenizer import train_tokenizer
 from parathink.training.pretrain import IGNORE, collate, cosine_lr, encode, pack, pretrain
+from parathink.training.pretrain_config import BaseConfig
 
 
 def test_cosine_warms_up_then_decays_to_the_floor_by_steps_or_time():
@@ -67,9 +68,8 @@ def test_pack_gives_each_example_its_own_logits_and_the_same_loss(tok):
 def test_pretrain_learns_and_resumes(tok, tmp_path):
     torch.set_num_threads(1)
     mcfg = OmegaConf.load("hydra_conf/model/tiny.yaml")
-    cfg = OmegaConf.load("hydra_conf/stage/base.yaml")
-    cfg.update({"train_size": 256, "batch_size": 8, "max_steps": 6, "eval_every": 3, "eval_n": 4,
-                "checkpoint_every": 3, "max_new_tokens": 8, "warmup_steps": 1, "target_greedy_easy": 1.1})
+    cfg = BaseConfig(train_size=256, batch_size=8, max_steps=6, eval_every=3, eval_n=4, checkpoint_every=3,
+                     max_new_tokens=8, warmup_steps=1, target_greedy_easy=1.1)
     model = build_tiny_model(mcfg, tok)
     first = pretrain(model, tok, cfg, work_dir=tmp_path, seed=0)
     assert first["steps"] == 6 and first["final_loss"] < 5.5
@@ -94,9 +94,8 @@ class _Payload:
 def test_resume_runs_no_code_from_the_checkpoint(tok, tmp_path, capsys):
     torch.set_num_threads(1)
     mcfg = OmegaConf.load("hydra_conf/model/tiny.yaml")
-    cfg = OmegaConf.load("hydra_conf/stage/base.yaml")
-    cfg.update({"train_size": 64, "batch_size": 4, "max_steps": 2, "eval_every": 2, "eval_n": 2,
-                "checkpoint_every": 1, "max_new_tokens": 4, "warmup_steps": 1, "target_greedy_easy": 1.1})
+    cfg = BaseConfig(train_size=64, batch_size=4, max_steps=2, eval_every=2, eval_n=2, checkpoint_every=1,
+                     max_new_tokens=4, warmup_steps=1, target_greedy_easy=1.1)
     marker = tmp_path / "code-ran"
     torch.save({"step": 1, "evil": _Payload(marker)}, tmp_path / "pretrain_state.pt")
     out = pretrain(build_tiny_model(mcfg, tok), tok, cfg, work_dir=tmp_path, seed=0)

@@ -5,17 +5,17 @@ trains and publishes once, and a killed run resumes exactly."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from test_rl_loop import _cfg, _sampled_batch, _test_rewards, assert_trained, ckpt  # noqa: F401  (fixtures: the tiny checkpoint, the test reward)
+from rl_helpers import assert_trained, rl_cfg, sampled_batch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+HELPERS = str(HERE / "rl_helpers.py")
+
+pytestmark = pytest.mark.usefixtures("rl_test_setup")
 
 UPDATE_SCRIPT = """
 import contextlib, importlib.util, json, sys, torch
@@ -25,20 +25,21 @@ from accelerate import Accelerator
 from parathink.engine import Engine
 from parathink.modeling import load_model
 from parathink.rewards import register
-from parathink.training.rl import deepspeed_plugin, update
+from parathink.training.rl import update
+from parathink.training.rl_parallel import deepspeed_plugin
 from parathink.training.rl_rollouts import StepBatch
 
-spec = importlib.util.spec_from_file_location("rl_loop", sys.argv[1])
-loop = importlib.util.module_from_spec(spec); spec.loader.exec_module(loop)
-register("test_digits")(loop._digits)
+spec = importlib.util.spec_from_file_location("rl_helpers", sys.argv[1])
+helpers = importlib.util.module_from_spec(spec); spec.loader.exec_module(helpers)
+register("test_digits")(helpers.digit_share)
 torch.set_num_threads(1)
 model, tok = load_model(sys.argv[2])
 engine = Engine(model, tok, "parallel_r1", "structured", 2)
-batch = loop._sampled_batch(engine, tok, flat_group=True)  # the same draws on both processes
+batch = helpers.sampled_batch(engine, tok, flat_group=True)  # the same draws on both processes
 # Process r trains on group r alone: group 0 is flat, so process 0 has nothing to train and runs a dummy pass.
 mine = [r for r in batch.rollouts if r.group == procs.rank]
 ds = None if sys.argv[4] == "ddp" else sys.argv[4]
-cfg = loop._cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3, deepspeed=ds)
+cfg = helpers.rl_cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3, deepspeed=ds)
 accelerator = Accelerator(cpu=ds is None, deepspeed_plugin=deepspeed_plugin(cfg))
 before = {n: p.detach().clone() for n, p in model.named_parameters()}
 opt = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -57,12 +58,6 @@ json.dump({"delta": delta, "stats": stats}, open(f"{sys.argv[3]}.{procs.rank}.js
 """
 
 
-def torchrun(*args: str, port: int, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(port), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "CI": "true", "DS_ACCELERATOR": "cpu"})
-
-
 def shipped(launch: str) -> str:
     """The launch's ``<stage>.deepspeed`` value: null for DDP, else the shipped ZeRO file."""
     return "null" if launch == "ddp" else str(ROOT / "hydra_conf" / "deepspeed" / f"{launch}.json")
@@ -76,8 +71,9 @@ def sgd_json(tmp_path: Path, launch: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("launch, port", [("ddp", 29531), ("zero2", 29536), ("zero3", 29561)])
-def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path, launch, port):
+@pytest.mark.slow  # launches two torchrun processes
+@pytest.mark.parametrize("launch", ["ddp", "zero2", "zero3"])
+def test_two_process_update_equals_the_one_process_update(tiny_checkpoint, tmp_path, torchrun, launch):
     """SGD at lr 1 on the two processes' shares (process 0's group all flat, so it trains on zero-weight rows
     only: one for DDP, as many micro-batches as process 1 for ZeRO-2/3) against SGD on the whole batch in one
     process: the same parameters after the step, the same logged loss and entropy."""
@@ -90,17 +86,17 @@ def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path, launch
     script = tmp_path / "ddp_update.py"
     script.write_text(UPDATE_SCRIPT)
     ds = "ddp" if launch == "ddp" else str(sgd_json(tmp_path, launch))
-    proc = torchrun(str(script), str(HERE / "test_rl_loop.py"), str(ckpt), str(tmp_path / "out"), ds, port=port)
+    proc = torchrun(str(script), HELPERS, str(tiny_checkpoint), str(tmp_path / "out"), ds)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in (0, 1)]
 
-    model, tok = load_model(ckpt)
+    model, tok = load_model(tiny_checkpoint)
     engine = Engine(model, tok, "parallel_r1", "structured", 2)
-    batch = _sampled_batch(engine, tok, flat_group=True)
+    batch = sampled_batch(engine, tok, flat_group=True)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     stats = update(Accelerator(cpu=True), model, None, engine, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0),
-                   batch, _cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3))
+                   batch, rl_cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3))
     moved = 0.0
     for n, p in model.named_parameters():
         want = p.detach() - before[n]
@@ -112,21 +108,22 @@ def test_two_process_update_equals_the_one_process_update(ckpt, tmp_path, launch
         assert abs(r["stats"]["loss"] - stats["loss"]) < 1e-6 and abs(r["stats"]["entropy"] - stats["entropy"]) < 1e-6
 
 
-@pytest.mark.parametrize("launch, port", [("ddp", 29532), ("zero2", 29537), ("zero3", 29562)])
-def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(ckpt, tmp_path, launch, port):
+@pytest.mark.slow  # launches two torchrun processes
+@pytest.mark.parametrize("launch", ["ddp", "zero2", "zero3"])
+def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(tiny_checkpoint, tmp_path, torchrun,
+                                                                            launch):
     """`parathink stage grpo_baseline` on two processes, under DDP, ZeRO-2 or ZeRO-3 (with its AdamW and a step-2
     checkpoint): the probe's and the step's rollouts are the two processes' shares gathered, one manifest and
     one metrics file are written, the scratch is cleared."""
     import shutil
 
     run = tmp_path / "run"
-    shutil.copytree(ckpt, run / "base" / "model")
+    shutil.copytree(tiny_checkpoint, run / "base" / "model")
     s = "grpo_baseline"
-    proc = torchrun("-m", "parathink.stages.runner", "stage", s, f"run_dir={run}", "tracking=none",
+    proc = torchrun("-m", "parathink.cli", "stage", s, f"run_dir={run}", "tracking=none",
                     f"{s}.steps=3", f"{s}.prompts_per_step=4", f"{s}.group_size=2", f"{s}.token_budget=100",
                     f"{s}.problems.n=16", f"{s}.checkpoint_every=2", f"{s}.probe_prompts=3", f"{s}.max_minutes=0",
-                    f"{s}.deepspeed={shipped(launch)}", f"{s}.gate.min_probe_reward=null",  # untrained: reward -1
-                    port=port)
+                    f"{s}.deepspeed={shipped(launch)}", f"{s}.gate.min_probe_reward=null")  # untrained: reward -1
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{s}: running on 2 processes" in proc.stderr
     manifest = json.loads((run / s / "_manifest.json").read_text())
@@ -145,12 +142,13 @@ import importlib.util, sys, torch
 from parathink import distributed
 from parathink.rewards import register
 distributed.group()
-spec = importlib.util.spec_from_file_location("rl_loop", sys.argv[1])
-loop = importlib.util.module_from_spec(spec); spec.loader.exec_module(loop)
+spec = importlib.util.spec_from_file_location("rl_helpers", sys.argv[1])
+helpers = importlib.util.module_from_spec(spec); spec.loader.exec_module(helpers)
 torch.set_num_threads(1)
-register("test_digits")(loop._digits)  # varies within groups: every step trains
-cfg = loop._cfg(probe_prompts=4, deepspeed=None if sys.argv[5] == "ddp" else sys.argv[5])
-summary = loop._train(cfg, sys.argv[3], sys.argv[2], tracker=loop._KillAt(4) if sys.argv[4] == "kill" else None)[1]
+register("test_digits")(helpers.digit_share)  # varies within groups: every step trains
+cfg = helpers.rl_cfg(probe_prompts=4, deepspeed=None if sys.argv[5] == "ddp" else sys.argv[5])
+kill = helpers.KillAt(4) if sys.argv[4] == "kill" else None
+summary = helpers.train_standalone(cfg, sys.argv[3], sys.argv[2], tracker=kill)[1]
 if distributed.group().is_main:
     print("resumed_from_step", summary["resumed_from_step"])
 """
@@ -158,8 +156,9 @@ if distributed.group().is_main:
 
 # ZeRO-2 is left out here (~95 s a case on a slow CI host): its checkpoint goes through the same DeepSpeed save and
 # load as ZeRO-3's, which also covers the partitioned parameters and the engine's whole copy after a resume.
-@pytest.mark.parametrize("launch, port", [("ddp", 29533), ("zero3", 29563)])
-def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path, launch, port):
+@pytest.mark.slow  # launches two torchrun processes
+@pytest.mark.parametrize("launch", ["ddp", "zero3"])
+def test_two_process_resume_after_a_kill_is_exact(tiny_checkpoint, tmp_path, torchrun, launch):
     """Rank 0 dies in step 4, after the step-2 checkpoint (torchrun then stops rank 1); the relaunch resumes both
     processes from it and ends with the weights and per-step rewards of an uninterrupted two-process run."""
     from safetensors.torch import load_file
@@ -167,20 +166,20 @@ def test_two_process_resume_after_a_kill_is_exact(ckpt, tmp_path, launch, port):
     script = tmp_path / "ddp_resume.py"
     script.write_text(RESUME_SCRIPT)
     ds = "ddp" if launch == "ddp" else shipped(launch)
-    common = (str(script), str(HERE / "test_rl_loop.py"), str(ckpt))
-    assert torchrun(*common, str(tmp_path / "a"), "straight", ds, port=port).returncode == 0
-    assert torchrun(*common, str(tmp_path / "b"), "kill", ds, port=port + 1).returncode != 0
+    common = (str(script), HELPERS, str(tiny_checkpoint))
+    assert torchrun(*common, str(tmp_path / "a"), "straight", ds).returncode == 0
+    assert torchrun(*common, str(tmp_path / "b"), "kill", ds).returncode != 0
     saved = tmp_path / "b" / ".work" / "rl_test" / "checkpoint"  # what the relaunch resumes from, not a fresh start
     assert json.loads((saved / "trainer_state.json").read_text())["step"] == 2
     if launch == "ddp":  # (under DeepSpeed on CPU accelerate counts one process and names both files _0)
         assert {"random_states_0.pkl", "random_states_1.pkl"} <= {f.name for f in saved.iterdir()}
-    proc = torchrun(*common, str(tmp_path / "b"), "straight", ds, port=port + 2)
+    proc = torchrun(*common, str(tmp_path / "b"), "straight", ds)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resumed_from_step 2.0" in proc.stdout  # a restart from scratch would end the same way
     a = load_file(str(tmp_path / "a" / "rl_test" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "b" / "rl_test" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert_trained(ckpt, a)
+    assert_trained(tiny_checkpoint, a)
     rows = [[json.loads(x) for x in (tmp_path / run / "rl_test" / "metrics.jsonl").read_text().splitlines()]
             for run in ("a", "b")]
     assert [r["step"] for r in rows[1]] == [1, 2, 3, 4] and all(r["rollouts_trained"] > 0 for r in rows[0])

@@ -10,76 +10,21 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-from parathink.rewards import REWARDS, register
-from parathink.stages.context import ConfigError, StageContext
-from parathink.training.rl import RLConfig, TrainingDiverged, train
+from parathink.errors import ConfigError
+from parathink.training.rl import TrainingDiverged
+from rl_helpers import KillAt, assert_trained, rl_cfg, sampled_batch, step_rows, train_standalone
 
-def _digits(trace, correct, step):
-    text = trace.text
-    return sum(c.isdigit() for c in text) / max(1, len(text))
+pytestmark = pytest.mark.usefixtures("rl_test_setup")
 
 
-def _nan(trace, correct, step):
-    return float("nan")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _test_rewards():
-    """Registers the test-only rewards for this module and removes them after, so the registry stays clean."""
-    added = [name for name, fn in (("test_digits", _digits), ("test_nan", _nan))
-             if name not in REWARDS and register(name)(fn)]
-    yield
-    for name in added:
-        REWARDS.pop(name, None)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from parathink.data.synthetic import corpus
-    from parathink.formats.tags import TAGS
-    from parathink.modeling import save_model
-    from parathink.modeling.tokenizer import train_tokenizer
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    tok = train_tokenizer(corpus(200, seed=0))
-    tok.add_special_tokens({"additional_special_tokens": [t for g in TAGS.values() for t in g]})
-    config = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                         max_position_embeddings=512, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    config._attn_implementation = "sdpa"
-    return save_model(Qwen3ForCausalLM(config), tok, tmp_path_factory.mktemp("rl") / "init")
-
-
-def _cfg(**kw) -> RLConfig:
-    base = dict(init_from="-", problems={"source": "synthetic", "level": "easy", "split": "train", "n": 64}, reward="test_digits", mode="structured",
-                steps=4, prompts_per_step=4, group_size=8, token_budget=70, lr=3e-2, micro_batch_size=16,
-                checkpoint_every=2)
-    base.update(kw)
-    cfg = RLConfig(**base)
-    cfg.check("test")
-    return cfg
-
-
-def _train(cfg, root, ckpt, tracker=None):
-    ctx = StageContext.standalone("rl_test", root, tracker=tracker)
-    return ctx, train(cfg, ctx, ckpt, stage="rl_test", grammar="parallel_r1")
-
-
-def _rows(ctx):
-    return [json.loads(line) for line in (ctx.out_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def test_policy_gradient_raises_the_reward(ckpt, tmp_path):
-    ctx, summary = _train(_cfg(steps=12, advantage="group_std", loss_agg="seq_mean", probe_prompts=8), tmp_path, ckpt)
-    rows = _rows(ctx)
+def test_policy_gradient_raises_the_reward(tiny_checkpoint, tmp_path):
+    cfg = rl_cfg(steps=12, advantage="group_std", loss_agg="seq_mean", probe_prompts=8)
+    ctx, summary = train_standalone(cfg, tmp_path, tiny_checkpoint)
+    rows = step_rows(ctx)
     assert [r["step"] for r in rows] == list(range(1, 13))
     first = sum(r["reward_mean"] for r in rows[:3]) / 3
     last = sum(r["reward_mean"] for r in rows[-3:]) / 3
@@ -95,88 +40,46 @@ def test_policy_gradient_raises_the_reward(ckpt, tmp_path):
     assert summary["probe_reward_end"] > 1.5 * summary["probe_reward_start"] > 0, summary
 
 
-class _KillAt:
-    """A tracker that raises at a given step, as a killed process would stop there."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def log_params(self, params):
-        pass
-
-    def log_metrics(self, metrics, step=None):
-        if step == self.step:
-            raise KeyboardInterrupt("killed")
-
-    def log_artifact(self, path, artifact_path=None):
-        pass
-
-
 @pytest.mark.parametrize("overrides", [dict(), dict(updates_per_step=2, kl_coef=0.05, micro_batch_size=5,
                                                       advantage="batch_std", drop_invalid_format=True)])
-def test_resume_after_a_kill_is_exact(ckpt, tmp_path, overrides):
+def test_resume_after_a_kill_is_exact(tiny_checkpoint, tmp_path, overrides):
     from safetensors.torch import load_file
 
     # The digit-share reward varies within groups, so every step trains (a reward every rollout scores the same
     # would leave the weights at the start and make any resume look exact).
-    cfg = _cfg(probe_prompts=4, **overrides)
-    straight, s_summary = _train(cfg, tmp_path / "a", ckpt)
+    cfg = rl_cfg(probe_prompts=4, **overrides)
+    straight, s_summary = train_standalone(cfg, tmp_path / "a", tiny_checkpoint)
     with pytest.raises(KeyboardInterrupt):
-        _train(cfg, tmp_path / "b", ckpt, tracker=_KillAt(4))  # dies in step 4, after the step-2 checkpoint
-    resumed, r_summary = _train(cfg, tmp_path / "b", ckpt)
+        # dies in step 4, after the step-2 checkpoint
+        train_standalone(cfg, tmp_path / "b", tiny_checkpoint, tracker=KillAt(4))
+    resumed, r_summary = train_standalone(cfg, tmp_path / "b", tiny_checkpoint)
     assert s_summary["resumed_from_step"] == 0.0 and r_summary["resumed_from_step"] == 2.0
     probe = [k for k in s_summary if k.startswith("probe_")]
     assert len(probe) == 5 and all(s_summary[k] == r_summary[k] for k in probe)  # the start probe survives the kill
     a = load_file(str(straight.out_dir / "model" / "model.safetensors"))
     b = load_file(str(resumed.out_dir / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert_trained(ckpt, a)
-    ra, rb = _rows(straight), _rows(resumed)
+    assert_trained(tiny_checkpoint, a)
+    ra, rb = step_rows(straight), step_rows(resumed)
     assert [r["step"] for r in rb] == [1, 2, 3, 4] and all(r["rollouts_trained"] > 0 for r in ra)
     assert [r["reward_mean"] for r in ra] == [r["reward_mean"] for r in rb]
 
 
-def assert_trained(init, weights: dict) -> None:
-    """The run moved the parameters away from the start checkpoint: a comparison of two runs that trained
-    nothing would pass whatever the resume did."""
-    from safetensors.torch import load_file
-
-    start = load_file(str(Path(init) / "model.safetensors"))
-    assert max(float((weights[k] - start[k]).abs().max()) for k in start) > 1e-3
-
-
-def test_nan_rewards_skip_steps_then_stop(ckpt, tmp_path):
+def test_nan_rewards_skip_steps_then_stop(tiny_checkpoint, tmp_path):
     with pytest.raises(TrainingDiverged, match=r"3 steps in a row skipped \(last at step 3: NaN reward\)"):
-        _train(_cfg(reward="test_nan", max_nan_steps=3, steps=5), tmp_path, ckpt)
+        train_standalone(rl_cfg(reward="test_nan", max_nan_steps=3, steps=5), tmp_path, tiny_checkpoint)
     rows = [json.loads(x) for x in (tmp_path / ".work" / "rl_test" / "metrics.jsonl").read_text().splitlines()]
     assert [r["skipped_nan"] for r in rows] == [1.0, 1.0, 1.0]
 
 
-def test_budget_smaller_than_the_prompt_fails_before_any_rollout(ckpt, tmp_path):
+def test_budget_smaller_than_the_prompt_fails_before_any_rollout(tiny_checkpoint, tmp_path):
     with pytest.raises(ConfigError, match=r"rl_test.token_budget=10: smaller than the prompt of problem"):
-        _train(_cfg(token_budget=10), tmp_path, ckpt)
+        train_standalone(rl_cfg(token_budget=10), tmp_path, tiny_checkpoint)
     assert not (tmp_path / ".work" / "rl_test" / "metrics.jsonl").exists()
 
 
-def _sampled_batch(engine, tok, flat_group: bool):
-    """Two prompts x 4 rollouts sampled by the engine, rewarded by digit share; group 0 made flat on request."""
-    from parathink.engine import SamplingConfig
-    from parathink.rewards import get_reward
-    from parathink.training.rl_rollouts import assemble, score
-
-    torch.manual_seed(0)
-    prompts = [tok("Q: 1 + 2 = ?", add_special_tokens=False)["input_ids"], tok("Q: 3 * 4", add_special_tokens=False)["input_ids"]]
-    samples = engine.generate(prompts, SamplingConfig(temperature=1.0, max_new_tokens=40, seed=3), num_samples=4)
-    digits = get_reward("test_digits")
-    rollouts = [score(s.prompt_index, s, s.text, "3", "parallel_r1", digits, 0) for s in samples]
-    for r in rollouts:
-        if flat_group and r.group == 0:
-            r.reward = 0.5  # group 0 is flat: zero advantage, skipped by the update
-    return assemble(rollouts, 4, "group_std", drop_zero_variance=False, drop_invalid_format=False)
-
-
 @pytest.mark.parametrize("autocast, source", [(True, "engine"), (True, "recompute"), (False, "recompute")])
-def test_recomputed_old_logprobs_start_the_ratio_at_one(ckpt, autocast, source):
+def test_recomputed_old_logprobs_start_the_ratio_at_one(tiny_checkpoint, autocast, source):
     """Under bf16 autocast (what accelerate's mixed_precision=bf16 wraps the forward in) the training forward
     disagrees with the engine's fp32 log-probs, so even the first, on-policy pass clips; recomputing the old
     log-probs with the training forward removes that, and logs the gap."""
@@ -186,12 +89,12 @@ def test_recomputed_old_logprobs_start_the_ratio_at_one(ckpt, autocast, source):
     from parathink.modeling import load_model
     from parathink.training.rl import update
 
-    model, tok = load_model(ckpt)
+    model, tok = load_model(tiny_checkpoint)
     engine = Engine(model, tok, "parallel_r1", "structured", 2)
-    batch = _sampled_batch(engine, tok, flat_group=False)
+    batch = sampled_batch(engine, tok, flat_group=False)
     if autocast:
         model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
-    cfg = _cfg(old_logprobs=source, eps_low=1e-6, eps_high=1e-6, lr=1e-12, micro_batch_size=3)
+    cfg = rl_cfg(old_logprobs=source, eps_low=1e-6, eps_high=1e-6, lr=1e-12, micro_batch_size=3)
     opt = torch.optim.SGD(model.parameters(), lr=1e-12)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
     out = update(Accelerator(cpu=True), model, None, engine, opt, sched, batch, cfg)
@@ -206,12 +109,9 @@ def test_recomputed_old_logprobs_start_the_ratio_at_one(ckpt, autocast, source):
             assert out["old_logprob_drift"] < 1e-5, out  # fp32: the engine already matches the training forward
 
 
-def test_a_step_that_does_not_split_evenly_over_the_processes_is_refused(tmp_path):
+def test_a_step_that_does_not_split_evenly_over_the_processes_is_refused(tmp_path, torchrun):
     """Two real processes (torchrun, gloo on CPU) and 3 problems per step: one line naming the key, before any
     rollout (each process samples an equal share of the step's problems)."""
-    import subprocess
-    import sys
-
     script = tmp_path / "launch.py"
     script.write_text(
         "from parathink import distributed\n"
@@ -219,13 +119,12 @@ def test_a_step_that_does_not_split_evenly_over_the_processes_is_refused(tmp_pat
         "from accelerate import Accelerator\n"
         "from parathink.training.rl import RLConfig, check_launch\n"
         "check_launch(Accelerator(cpu=True), RLConfig(init_from='-', prompts_per_step=3), 'rl_hard')\n")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "29517", str(script)], capture_output=True, text=True, timeout=300)
+    proc = torchrun(str(script), timeout=300)
     assert proc.returncode != 0
     assert "rl_hard.prompts_per_step=3: must be a multiple of the 2 processes" in proc.stderr
 
 
-def test_update_skips_flat_groups_without_changing_the_gradient(ckpt):
+def test_update_skips_flat_groups_without_changing_the_gradient(tiny_checkpoint):
     """Rollouts of a group that all scored the same are left out of the forward; the step must equal plain SGD
     on the loss of the *whole* batch (every rollout, the flat ones in the normaliser)."""
     from accelerate import Accelerator
@@ -235,9 +134,9 @@ def test_update_skips_flat_groups_without_changing_the_gradient(ckpt):
     from parathink.training.losses import NORMALISERS, grpo_loss
     from parathink.training.rl import policy_logprobs, update
 
-    model, tok = load_model(ckpt)
+    model, tok = load_model(tiny_checkpoint)
     engine = Engine(model, tok, "parallel_r1", "structured", 2)
-    batch = _sampled_batch(engine, tok, flat_group=True)
+    batch = sampled_batch(engine, tok, flat_group=True)
     assert [r.advantage for r in batch.rollouts if r.group == 0] == [0.0] * 4
     assert any(r.advantage != 0.0 for r in batch.rollouts if r.group == 1)
 
@@ -246,7 +145,7 @@ def test_update_skips_flat_groups_without_changing_the_gradient(ckpt):
     logp = policy_logprobs(engine, model, [r.sample for r in ordered])
     pad = lambda rows: torch.nn.utils.rnn.pad_sequence([torch.as_tensor(x, dtype=torch.float32) for x in rows], batch_first=True)
     old, mask = pad([r.sample.logprobs for r in ordered]), pad([r.sample.loss_mask for r in ordered])
-    cfg = _cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3)
+    cfg = rl_cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3)
     loss, _ = grpo_loss(cfg.loss_spec, logp, old[:, :logp.shape[1]], torch.tensor([r.advantage for r in ordered]),
                         mask[:, :logp.shape[1]], NORMALISERS[cfg.loss_agg](mask))
     model.zero_grad()
