@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Quiet progress bars and unbuffered logs under CI.
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test bench lint clean
+.PHONY: venv demo test test-fast bench lint clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,10 @@ TEST_DEPS := vllm-venv
 # --durations: the slowest tests in every log, so that CI time can be watched as the suite grows.
 test: $(STAMP) $(TEST_DEPS)
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# The edit loop: the suite without the tests marked slow (each > ~30 s); `make test` stays the whole suite.
+test-fast: $(STAMP) $(TEST_DEPS)
+	$(PY) -m pytest -q -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	mkdir -p bench-results

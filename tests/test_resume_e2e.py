@@ -32,7 +32,7 @@ def command(tmp: Path) -> list[str]:
     for name, kv in sections.items():
         ovr += [f"+stage_modules.{name}={STAGE_FILE}", f"+{name}.calls={tmp / 'calls.jsonl'}"]
         ovr += [f"+{name}.{item}" for item in kv.split()]
-    return [sys.executable, "-m", "parathink.stages.runner", "run", *ovr]
+    return [sys.executable, "-m", "parathink.cli", "run", *ovr]
 
 
 def start(tmp: Path) -> subprocess.Popen:
@@ -123,7 +123,7 @@ REAL = ["stages=[base,teacher,filter,sft,rl_hard]", "teacher.backend=scripted", 
 
 
 def start_real(tmp: Path, extra: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "parathink.stages.runner", "run", f"run_dir={tmp / 'run'}",
+    cmd = [sys.executable, "-m", "parathink.cli", "run", f"run_dir={tmp / 'run'}",
            f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", *REAL, *extra]
     env = {**os.environ, "CI": "true", "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,30 +1,20 @@
 """The DAGs' last task, `promote`, against a real MLflow server on 127.0.0.1: a candidate that wins moves the
 registry's `champion`, one that loses leaves it where it was, and a run whose gate failed never gets there.
 
-The curricula are the runner tests' plug-in stages (prep -> train -> tune -> eval, seconds each), run before the
-DAG; each DAG run then has eval (up to date, or failing its gate) and promote.
+The curricula are the runner tests' plug-in stages (prep -> train -> tune -> eval, seconds each; ``make_curriculum``
+and ``mlflow_server`` are in tests/conftest.py), run before the DAG; each DAG run then has eval (up to date, or
+failing its gate) and promote.
 """
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from dag_helpers import ROOT, dag_test, states
+from dag_helpers import dag_test, states
 from parathink.stages import runner
 
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mlflow_server = _load("dags_mlflow_server", ROOT / "tests" / "tracking" / "test_mlflow_server.py").mlflow_server
-Curriculum = _load("dags_runner_fixtures", ROOT / "tests" / "stages" / "conftest.py").Curriculum
 STAGES = ("prep", "train", "tune", "eval")
 MODEL = "parathink-tiny"
 
@@ -39,10 +29,8 @@ def _curriculum(c, uri: str, name: str, *extra: str) -> dict:
 
 
 @pytest.mark.slow
-def test_promote_moves_champion_only_when_the_candidate_wins(mlflow_server, airflow_home, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("CI", "true")
-    c = Curriculum(tmp_path, tracking="server")
+def test_promote_moves_champion_only_when_the_candidate_wins(mlflow_server, airflow_home, make_curriculum, tmp_path):
+    c = make_curriculum(tracking="server")
     c.sections["eval"] = {"steps": 1, "results": "[train,tune]"}
     confs = [_curriculum(c, mlflow_server, "a"),  # tune scores 0.19; no champion yet
              _curriculum(c, mlflow_server, "b", "tune.steps=5"),  # 0.28: wins
