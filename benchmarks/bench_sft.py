@@ -38,20 +38,19 @@ def traces(n: int) -> list[dict]:
 
 def run_variant(name: str, steps: int, batch: int, n: int, out: Path) -> dict:
     import torch
-    from omegaconf import OmegaConf
 
     from parathink.data.prompts import build_prompt
     from parathink.formats.layouts import TagIds
     from parathink.modeling import load_model
     from parathink.tracking.base import NullTracker
     from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
+    from parathink.training import sft_config
 
     model, tok = load_model("builtin:tiny_base")
     data = traces(n)
-    cfg = OmegaConf.load(ROOT / "hydra_conf/stage/sft.yaml")
-    cfg.update({"global_batch": batch, "micro_batch": batch, "max_steps": steps, "max_minutes": 0,
-                "save_steps": 10**6, "lr": 1e-3})
-    train_set, _ = encode_traces(data, tok, int(cfg.max_length), "drop")
+    cfg = sft_config.SFTConfig(global_batch=batch, micro_batch=batch, max_steps=steps, max_minutes=0,
+                               save_steps=10**6, lr=1e-3)
+    train_set, _ = encode_traces(data, tok, cfg.max_length, "drop")
     tokens_per_example = sum(len(e["input_ids"]) for e in train_set) / len(train_set)
     model.train()
     if name == "trl_sft":
@@ -63,7 +62,7 @@ def run_variant(name: str, steps: int, batch: int, n: int, out: Path) -> dict:
         args = SFTConfig(output_dir=str(out / name), per_device_train_batch_size=batch, max_steps=steps,
                          learning_rate=1e-3, lr_scheduler_type="cosine", warmup_steps=0.1, weight_decay=0.01,
                          adam_beta2=0.95, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
-                         max_length=int(cfg.max_length), packing=False, completion_only_loss=True,
+                         max_length=cfg.max_length, packing=False, completion_only_loss=True,
                          dataset_num_proc=None, use_cpu=True, seed=0, dataset_kwargs={"add_special_tokens": False})
         trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
         t0 = time.perf_counter()

@@ -121,14 +121,13 @@ def test_replay_adds_synthetic_traces_to_the_filters(run_root):
 
 
 def test_replay_kinds_draw_distinct_problems_none_of_the_traces():
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.create({"format": "parallel_r1", "sft": {"path_replay": {"n": 30, "level": "hard", "seed": 7},
-                                                             "vote_replay": {"n": 30, "level": "hard", "seed": 7}}})
     from parathink.data.synthetic import generate
+    from parathink.training.sft_config import Replay, SFTConfig
 
+    replay = Replay(n=30, level="hard", seed=7)
+    settings = SFTConfig(path_replay=replay, vote_replay=replay)
     traces = generate("hard", "train", 10, seed=7)  # the very problems a same-seed draw would start with
-    out = sft_stage._replay(cfg, traces)
+    out = sft_stage._replay(settings, "parallel_r1", traces)
     problems = [[t["problem"] for t, _ in out[key]] for key in sft_stage.REPLAYS]
     assert [len(p) for p in problems] == [30, 30]
     assert not set(problems[0]) & set(problems[1]) and not set(problems[0] + problems[1]) & {t["problem"] for t in traces}

@@ -10,8 +10,3 @@ def test_the_names_validation_accepts_are_the_registered_ones():
     assert set(settings.POLICY_LOSSES) == set(losses.POLICY_LOSSES)
     assert set(settings.AGGREGATIONS) == set(losses.AGGREGATIONS) == set(losses.NORMALISERS)
 
-
-def test_the_sft_names_validation_accepts_are_the_trainer_ones():
-    from parathink.training import sft, sft_config
-
-    assert (sft_config.COLLATORS, sft_config.OVERLONG) == (sft.COLLATORS, sft.OVERLONG)

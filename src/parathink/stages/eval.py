@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, storage
-from parathink.errors import ConfigError, StageInputMissing
-from parathink.formats.tags import MAX_PARATHINKER_PATHS
+from parathink.errors import StageInputMissing
 from parathink.jsonl import load_record
+from parathink.logs import log
 from parathink.quality.eval_gate import KEYS as GATE_KEYS, eval_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import StageContext
-from parathink.stages.eval_sets import SET_KEYS, active_sets, problems_and_k
+from parathink.stages.eval_config import EvalConfig
+from parathink.stages.eval_sets import active_sets, problems_and_k
 
-MODES = ("causal", "structured")
 SHARED_KEYS = ("data", "format", "seed")  # the model comes from the stages' outputs, hashed as inputs
 # Under torchrun every process samples its share of each set's problems; rank 0 writes the files.
 DATA_PARALLEL = True
@@ -35,29 +34,7 @@ MANIFEST_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any
 
 
 def validate(cfg: DictConfig) -> None:
-    e = cfg.eval
-    if not active_sets(cfg):
-        raise ConfigError("eval.sets: at least one test set is needed")
-    for name, spec in active_sets(cfg).items():
-        if not spec.get("source"):
-            raise ConfigError(f"eval.sets.{name}.source: missing")
-        if spec.source == "synthetic":
-            from parathink.data import synthetic
-
-            plain = OmegaConf.to_container(spec, resolve=True)
-            synthetic.check_spec({k: v for k, v in plain.items() if k not in SET_KEYS}, f"eval.sets.{name}")
-        if spec.get("k") is not None and int(spec.get("k")) < 1:  # left out: the file's rows per problem
-            raise ConfigError(f"eval.sets.{name}.k: must be >= 1, got {spec.get('k')}")
-    for stage, mode in {"*": e.mode, **dict(e.get("mode_by_stage", {}))}.items():
-        if mode not in MODES:
-            raise ConfigError(f"eval.mode{'' if stage == '*' else '_by_stage.' + stage}: {mode!r} not in {MODES}")
-    for n in [e.num_paths, *(e.get("path_counts") or [])]:
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARATHINKER_PATHS:
-            raise ConfigError(f"eval.num_paths / eval.path_counts: {n!r} is not a path count in 1..{MAX_PARATHINKER_PATHS}")
-    if float(e.sampling.temperature) < 0 or not 0 < float(e.sampling.top_p) <= 1:
-        raise ConfigError("eval.sampling: temperature must be >= 0 and top_p in (0, 1]")
-    if int(e.sampling.max_new_tokens) < 1:
-        raise ConfigError("eval.sampling.max_new_tokens: must be >= 1")
+    EvalConfig.from_cfg(OmegaConf.to_container(cfg.eval, resolve=True))
 
 
 def _model_hash(model_dir: Path) -> str:
@@ -78,7 +55,7 @@ def _cached_summary(meta: Path, fingerprint: str) -> dict | None:
 
 
 def stage_mode(cfg: DictConfig, stage: str) -> str:
-    return str(cfg.eval.get("mode_by_stage", {}).get(stage, cfg.eval.mode))
+    return cfg.eval.mode_by_stage.get(stage, cfg.eval.mode)
 
 
 def eval_rows(cfg: DictConfig, stage: str, sets: dict) -> list[tuple[str, str, int]]:
@@ -86,9 +63,9 @@ def eval_rows(cfg: DictConfig, stage: str, sets: dict) -> list[tuple[str, str, i
     structured mode at each of ``eval.path_counts`` as ``<set>@N`` (ParaThinker's table: accuracy and time against
     the number of paths)."""
     e = cfg.eval
-    rows = [(name, name, int(e.num_paths)) for name in sets]
+    rows = [(name, name, e.num_paths) for name in sets]
     if stage_mode(cfg, stage) == "structured":
-        rows += [(f"{name}@{n}", name, int(n)) for name in sets for n in e.get("path_counts") or []]
+        rows += [(f"{name}@{n}", name, n) for name in sets for n in e.path_counts]
     return rows
 
 
@@ -113,8 +90,8 @@ class _Sampler:
         if paths not in self.generators:
             self.generators[paths] = engine_generator(
                 self.model, self.tokenizer, grammar=str(self.cfg.format), mode=stage_mode(self.cfg, self.stage),
-                num_paths=paths, temperature=float(e.sampling.temperature), top_p=float(e.sampling.top_p),
-                max_new_tokens=int(e.sampling.max_new_tokens), batch_size=int(e.batch_size), seed=seed)
+                num_paths=paths, temperature=e.sampling.temperature, top_p=e.sampling.top_p,
+                max_new_tokens=e.sampling.max_new_tokens, batch_size=e.batch_size, seed=seed)
         return self.generators[paths]
 
 
@@ -129,7 +106,7 @@ def _sample_row(cfg: DictConfig, ctx: StageContext, label: str, spec: dict, gene
     mine = records[procs.rank::procs.size]
     bar = _bar(ctx, len(mine) * k, f"eval {label}") if procs.is_main else None
     problems, local = evaluate_set(mine, generate, k, grammar=str(cfg.format), tokenizer=tokenizer,
-                                   batch_problems=int(e.batch_problems), progress=bar)
+                                   batch_problems=e.batch_problems, progress=bar)
     if bar is not None:
         bar.close()
     shares = procs.gather(problems)
@@ -148,12 +125,12 @@ def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: P
         cache = ctx.work_dir / stage / f"{row}.jsonl"
         meta = cache.with_suffix(".summary.json")
         summary = _cached_summary(meta, fingerprint) if cache.exists() else None
-        if row != set_name and paths == int(cfg.eval.num_paths):  # the set's own row has this many paths
+        if row != set_name and paths == cfg.eval.num_paths:  # the set's own row has this many paths
             rows[row], cache = rows[set_name], ctx.work_dir / stage / f"{set_name}.jsonl"
         elif procs.broadcast(summary is not None):  # rank 0's view of the shared scratch decides for every process
             rows[row] = summary if summary is not None else _cached_summary(meta, fingerprint)
             if procs.is_main:
-                print(f"[parathink] eval: {stage}/{row} reused from the interrupted attempt", file=sys.stderr)
+                log(f"eval: {stage}/{row} reused from the interrupted attempt")
         else:
             generator = sampler(paths, seed=ctx.seed * 1000 + i + 7_919 * procs.rank)
             problems, rows[row] = _sample_row(cfg, ctx, f"{stage}/{row}", sets[set_name], generator,
@@ -235,15 +212,14 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
         sets[name] = {**spec, "records": records, **k}
     results: dict = {"stages": {}, "missing": [],
                      "settings": {"sampling": OmegaConf.to_container(cfg.eval.sampling, resolve=True),
-                                  "mode": str(cfg.eval.mode), "format": str(cfg.format),
-                                  "num_paths": int(cfg.eval.num_paths),
-                                  "path_counts": [int(n) for n in cfg.eval.get("path_counts") or []]}}
+                                  "mode": cfg.eval.mode, "format": str(cfg.format),
+                                  "num_paths": cfg.eval.num_paths, "path_counts": list(cfg.eval.path_counts)}}
     for stage in cfg.eval.models:
         try:
             model_dir = ctx.input(str(stage)) / "model"
         except StageInputMissing:
             results["missing"].append(str(stage))
-            print(f"[parathink] eval: no {stage} output in the run directory; skipped", file=sys.stderr)
+            log(f"eval: no {stage} output in the run directory; skipped")
             continue
         if not (model_dir / "config.json").exists():
             raise StageInputMissing(f"eval: {model_dir} has no config.json (is {stage!r} a model stage?)")

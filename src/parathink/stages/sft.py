@@ -13,11 +13,14 @@ import json
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from parathink.config import resolve_config_path
 from parathink.errors import ConfigError
+from parathink.logs import log
 from parathink.quality.model_gates import SFT_KEYS as GATE_KEYS, sft_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import StageContext
-from parathink.training.sft_config import start_stage
+from parathink.training.sft_config import REPLAYS, SFTConfig, start_stage
 
 # Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
 # and sft.fsdp); the model is written by the main process.
@@ -25,40 +28,26 @@ DATA_PARALLEL = True
 
 
 def validate(cfg) -> None:
-    from parathink.training.sft_config import COLLATORS, OVERLONG
+    settings(cfg)
 
-    s = cfg.sft
-    if s.collator not in COLLATORS:
-        raise ConfigError(f"sft.collator={s.collator!r}: expected one of {COLLATORS}")
-    if s.overlong not in OVERLONG:
-        raise ConfigError(f"sft.overlong={s.overlong!r}: expected one of {OVERLONG}")
-    for key in ("max_length", "global_batch", "micro_batch", "save_steps"):
-        if int(s[key]) <= 0:
-            raise ConfigError(f"sft.{key} must be > 0, got {s[key]}")
-    if int(s.global_batch) % int(s.micro_batch):
-        raise ConfigError(f"sft.global_batch={s.global_batch} must be a multiple of sft.micro_batch={s.micro_batch}")
-    if float(s.lr) <= 0:
-        raise ConfigError(f"sft.lr must be > 0, got {s.lr}")
-    if s.precision not in ("fp32", "bf16"):
-        raise ConfigError(f"sft.precision={s.precision!r}: expected fp32 or bf16")
-    if s.get("deepspeed") and not Path(resolve_config_path(str(s.deepspeed))).is_file():
-        raise ConfigError(f"sft.deepspeed={s.deepspeed!r}: no such DeepSpeed JSON file")
+
+def settings(cfg) -> SFTConfig:
+    """The ``sft`` section as a checked ``SFTConfig``, with what it asks of the format and the model config."""
+    node = OmegaConf.to_container(cfg.sft, resolve=True)
+    if node.get("deepspeed"):  # written relative to the checkout; found in the wheel's copy in a pod
+        node["deepspeed"] = resolve_config_path(str(node["deepspeed"]))
+    s = SFTConfig.from_cfg(node)
     for key in REPLAYS:
-        replay = s[key]
-        if int(replay.n) < 0:
-            raise ConfigError(f"sft.{key}.n must be >= 0, got {replay.n}")
-        if int(replay.n) > 0 and replay.level not in ("easy", "hard"):
-            raise ConfigError(f"sft.{key}.level={replay.level!r}: expected easy or hard")
-        if replay.fork not in REPLAY_FORKS[key]:
-            raise ConfigError(f"sft.{key}.fork={replay.fork!r}: expected one of {REPLAY_FORKS[key]}")
-        if replay.fork != "start" and str(cfg.format) == "parathinker":
-            raise ConfigError(f"sft.{key}.fork={replay.fork!r}: a ParaThinker block opens the response; use start")
+        fork = getattr(s, key).fork
+        if fork != "start" and str(cfg.format) == "parathinker":
+            raise ConfigError(f"sft.{key}.fork={fork!r}: a ParaThinker block opens the response; use start")
     if s.relabel_thoughts and (str(cfg.format) != "parathinker" or int(cfg.model.parathinker_max_paths) < 2):
         raise ConfigError("sft.relabel_thoughts: needs format=parathinker and model.parathinker_max_paths >= 2, got "
                           f"{cfg.format!r} and {cfg.model.parathinker_max_paths}")
     if s.collator == "structured" and cfg.model.attn_implementation.startswith("flash_attention"):
         raise ConfigError(f"sft.collator=structured needs a 4-D mask; model.attn_implementation="
                           f"{cfg.model.attn_implementation!r} cannot take one (use sdpa or eager)")
+    return s
 
 
 def read_traces(path: Path) -> list[dict]:
@@ -77,13 +66,7 @@ def read_traces(path: Path) -> list[dict]:
     return records
 
 
-# Synthetic replay traces appended to the filter's (off by default, on in the tiny experiments), and where each may
-# open its block: path replay after a random number of the solution's lines, vote replay where its paths differ.
-REPLAYS = ("path_replay", "vote_replay")
-REPLAY_FORKS = {"path_replay": ("start", "random"), "vote_replay": ("start", "agreed")}
-
-
-def _replay(cfg, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[int, int]]]]]:
+def _replay(s: SFTConfig, grammar: str, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[int, int]]]]]:
     """Per replay kind, ``sft.<kind>.n`` new synthetic problems (none of the traces', none shared between the
     kinds) made into (trace, masked spans):
 
@@ -99,24 +82,23 @@ def _replay(cfg, traces: list[dict]) -> dict[str, list[tuple[dict, list[tuple[in
     from parathink.formats import parse
     from parathink.training.sft import path_replay_trace, vote_replay_trace
 
-    grammar = str(cfg.format)
     widths = [len(t.blocks[-1].paths) for t in (parse(r.get("response", ""), grammar) for r in traces) if t.parallel]
     widths = widths or [1]
     seen = {t["problem"] for t in traces}
     out = {}
     for key in REPLAYS:
-        replay = cfg.sft[key]
-        n = int(replay.n)
+        replay = getattr(s, key)
+        n = replay.n
         if n == 0:
             out[key] = []
             continue
         # Twice the draw leaves room for the problems already taken (a few percent here).
-        pool = [p for p in generate(str(replay.level), "train", 2 * n + len(seen), seed=int(replay.seed))
+        pool = [p for p in generate(replay.level, "train", 2 * n + len(seen), seed=replay.seed)
                 if p["problem"] not in seen][:n]
         if len(pool) < n:
             raise ValueError(f"sft.{key}: only {len(pool)} new {replay.level} problems for n={n}")
         seen.update(p["problem"] for p in pool)
-        rng, fork = random.Random(int(replay.seed)), str(replay.get("fork", "start"))
+        rng, fork = random.Random(replay.seed), replay.fork
         if key == "path_replay":
             out[key] = [path_replay_trace(p, worked_solution(p), grammar, k=rng.choice(widths),
                                           shared=rng.randrange(len(p["ops"])) if fork == "random" else 0)
@@ -151,55 +133,66 @@ def _model_source(cfg, ctx: StageContext):
     return ctx.input(stage) / "model" if stage is not None else str(cfg.sft.init)
 
 
+def _training_set(s: SFTConfig, grammar: str, traces: list[dict], tok) -> tuple[list[dict], dict[str, int]]:
+    """The filter's traces and the replays, encoded; and what was kept, dropped and masked (the stage's counts)."""
+    from parathink.training.sft import encode_traces
+
+    replays = _replay(s, grammar, traces)
+    replay = [r for key in REPLAYS for r in replays[key]]
+    counts = {"traces": len(traces), **{key: len(replays[key]) for key in REPLAYS}}  # the filter's; replays per kind
+    spans = None
+    if s.mask_wrong_paths:
+        from parathink.training.sft import wrong_path_spans
+
+        spans = [wrong_path_spans(t["response"], t["answer"], grammar) if t.get("answer") else [] for t in traces]
+    counts["masked_paths"] = sum(map(len, spans or []))
+    if replay:  # appended after the wrong-path count: their masked spans are not wrong paths of the teacher
+        spans = (spans if spans is not None else [[] for _ in traces]) + [r[1] for r in replay]
+        traces = traces + [r[0] for r in replay]
+    train_set, stats = encode_traces(traces, tok, s.max_length, s.overlong, mask_spans=spans)
+    if not train_set:
+        raise ValueError(f"sft: all {len(traces)} traces exceed sft.max_length={s.max_length}")
+    counts.update(kept=stats.kept, dropped=stats.dropped, truncated=stats.truncated, masked_tokens=stats.masked_tokens)
+    return train_set, counts
+
+
+def _collator(cfg, s: SFTConfig, model, tok):
+    """Structured (a 4-D mask and restarted positions, the model's attention checked for it) or causal batches."""
+    from parathink.formats.layouts import TagIds
+    from parathink.modeling import check_structured_attention
+    from parathink.modeling.factory import to_dtype
+    from parathink.training.sft import CausalCollator, StructuredCollator
+
+    if s.collator != "structured":
+        return CausalCollator(tok.pad_token_id)
+    check_structured_attention(model)
+    return StructuredCollator(tok.pad_token_id, TagIds.from_tokenizer(tok, cfg.format),
+                              dtype=to_dtype(cfg.model.dtype), path_ids=int(cfg.model.parathinker_max_paths) > 0)
+
+
 def run(cfg, ctx: StageContext) -> dict[str, float]:
     import torch
 
     from parathink.formats.canonical import engine_form
-    from parathink.formats.layouts import TagIds
-    from parathink.modeling import check_structured_attention, install_path_vectors, load_model
-    from parathink.modeling.factory import to_dtype
-    from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
+    from parathink.modeling import install_path_vectors, load_model
+    from parathink.training.sft import train_sft
 
-    validate(cfg)
-    s = cfg.sft
+    s = settings(cfg)
     t0 = time.perf_counter()
-    if int(s.num_threads) > 0:
-        torch.set_num_threads(int(s.num_threads))
+    if s.num_threads > 0:
+        torch.set_num_threads(s.num_threads)
     # Teach the text the engine will produce: no whitespace before the tags it forces (formats.canonical).
     traces = [{**t, "response": engine_form(t["response"], str(cfg.format))}
               for t in read_traces(ctx.input("filter") / "accepted.jsonl")]
-    replays = _replay(cfg, traces)
-    replay = [r for key in REPLAYS for r in replays[key]]
-    n_traces = len(traces)  # the filter's; the replayed ones are counted per kind
     model, tok = load_model(_model_source(cfg, ctx), dtype=cfg.model.dtype,
                             attn_implementation=cfg.model.attn_implementation)
     if int(cfg.model.parathinker_max_paths) > 0:
         install_path_vectors(model, int(cfg.model.parathinker_max_paths))
-    spans = None
-    if s.get("mask_wrong_paths", False):
-        from parathink.training.sft import wrong_path_spans
-
-        spans = [wrong_path_spans(t["response"], t["answer"], str(cfg.format)) if t.get("answer") else []
-                 for t in traces]
-    masked_paths = sum(map(len, spans or []))
-    if replay:  # appended after the wrong-path count: their masked spans are not wrong paths of the teacher
-        spans = (spans if spans is not None else [[] for _ in traces]) + [r[1] for r in replay]
-        traces = traces + [r[0] for r in replay]
-    train_set, stats = encode_traces(traces, tok, int(s.max_length), str(s.overlong), mask_spans=spans)
-    if not train_set:
-        raise ValueError(f"sft: all {len(traces)} traces exceed sft.max_length={s.max_length}")
+    train_set, counts = _training_set(s, str(cfg.format), traces, tok)
     if s.relabel_thoughts:
         _relabel(train_set, tok, int(cfg.model.parathinker_max_paths), ctx.seed)
-    if s.collator == "structured":
-        check_structured_attention(model)
-        collator = StructuredCollator(tok.pad_token_id, TagIds.from_tokenizer(tok, cfg.format),
-                                      dtype=to_dtype(cfg.model.dtype), path_ids=int(cfg.model.parathinker_max_paths) > 0)
-    else:
-        collator = CausalCollator(tok.pad_token_id)
-    ctx.tracker.log_params({"sft.collator": s.collator, "sft.traces": n_traces,
-                            **{f"sft.{key}": len(replays[key]) for key in REPLAYS}, "sft.kept": stats.kept,
-                            "sft.dropped": stats.dropped, "sft.truncated": stats.truncated,
-                            "sft.masked_paths": masked_paths, "sft.masked_tokens": stats.masked_tokens})
+    collator = _collator(cfg, s, model, tok)
+    ctx.tracker.log_params({"sft.collator": s.collator, **{f"sft.{key}": n for key, n in counts.items()}})
     model.train()
     metrics, trainer = train_sft(model, tok, train_set, collator, s, work_dir=ctx.work_dir, tracker=ctx.tracker,
                                  seed=ctx.seed, progress=ctx.progress)
@@ -210,13 +203,9 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     if metrics["steps"] < metrics["planned_steps"]:
         # The schedule was cut before it annealed: the model is worse than the config promises, and what follows
         # (RL from it, the eval table) inherits that. Said where the user looks, and kept in the manifest.
-        from parathink.logs import log
-
         log(f"sft: WARNING: sft.max_minutes={s.max_minutes} stopped training at step {int(metrics['steps'])} of "
             f"{int(metrics['planned_steps'])}, before the learning-rate schedule ended; the model is undertrained "
             "(set sft.max_minutes=0 to finish)")
-    metrics.update({"traces": float(n_traces), **{key: float(len(replays[key])) for key in REPLAYS},
-                    "kept": float(stats.kept), "dropped": float(stats.dropped),
-                    "truncated": float(stats.truncated), "masked_paths": float(masked_paths),
-                    "masked_tokens": float(stats.masked_tokens), "stage_minutes": (time.perf_counter() - t0) / 60})
+    metrics.update({key: float(n) for key, n in counts.items()})
+    metrics["stage_minutes"] = (time.perf_counter() - t0) / 60
     return metrics

@@ -6,7 +6,7 @@ Loss on response tokens only. Two collators:
   additive mask and ``position_ids`` (paths of a block cannot see each other and restart their positions), so
   training sees exactly what the rollout engine generates under.
 Built on transformers ``Trainer``: gradient accumulation, resume (optimiser, scheduler, RNG, data position),
-DeepSpeed ZeRO and FSDP all come from ``TrainingArguments`` filled from ``hydra_conf/stage/sft.yaml``.
+DeepSpeed ZeRO and FSDP all come from ``TrainingArguments`` filled from the stage's ``SFTConfig``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from transformers.trainer_callback import PrinterCallback
 from parathink.data.prompts import build_prompt
 from parathink.formats.layouts import TagIds, build_batch_layout
 from parathink.modeling.attention import to_4d_mask
+from parathink.training.sft_config import OVERLONG, SFTConfig
 
 IGNORE = -100
-COLLATORS = ("causal", "structured")
-OVERLONG = ("drop", "truncate")
 
 
 @dataclass
@@ -271,44 +270,41 @@ def global_batch_plan(global_batch: int, micro_batch: int, world_size: int) -> i
     return global_batch // per_step
 
 
-def training_arguments(cfg, out_dir, *, seed: int, progress: bool, world_size: int = 1):
-    """TrainingArguments from ``hydra_conf/stage/sft.yaml`` (DeepSpeed / FSDP included)."""
+def training_arguments(cfg: SFTConfig, out_dir, *, seed: int, progress: bool, world_size: int = 1):
+    """transformers' TrainingArguments from the stage's settings (DeepSpeed / FSDP included)."""
     from transformers import TrainingArguments
 
-    accum = global_batch_plan(int(cfg.global_batch), int(cfg.micro_batch), world_size)
+    accum = global_batch_plan(cfg.global_batch, cfg.micro_batch, world_size)
     extra = {}
-    if cfg.get("deepspeed"):
-        from parathink.config import resolve_config_path
-
-        extra["deepspeed"] = resolve_config_path(str(cfg.deepspeed))
-    if cfg.get("fsdp"):
-        extra["fsdp"] = str(cfg.fsdp)
-        extra["fsdp_config"] = dict(cfg.get("fsdp_config") or {})
+    if cfg.deepspeed:
+        extra["deepspeed"] = cfg.deepspeed  # resolved by the stage (parathink.stages.sft.settings)
+    if cfg.fsdp:
+        extra["fsdp"] = cfg.fsdp
+        extra["fsdp_config"] = dict(cfg.fsdp_config)
     return TrainingArguments(
-        output_dir=str(out_dir), per_device_train_batch_size=int(cfg.micro_batch), gradient_accumulation_steps=accum,
-        learning_rate=float(cfg.lr), weight_decay=float(cfg.weight_decay), warmup_steps=float(cfg.warmup_ratio),  # a float < 1 is a ratio
-       
-        lr_scheduler_type=str(cfg.scheduler), num_train_epochs=float(cfg.epochs), max_steps=int(cfg.max_steps),
-        adam_beta1=float(cfg.betas[0]), adam_beta2=float(cfg.betas[1]), max_grad_norm=float(cfg.grad_clip),
-        bf16=str(cfg.precision) == "bf16", fp16=False, logging_steps=1, logging_first_step=True,
-        save_strategy="steps", save_steps=int(cfg.save_steps), save_total_limit=int(cfg.save_total_limit),
+        output_dir=str(out_dir), per_device_train_batch_size=cfg.micro_batch, gradient_accumulation_steps=accum,
+        learning_rate=cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio
+        lr_scheduler_type=cfg.scheduler, num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        adam_beta1=cfg.betas[0], adam_beta2=cfg.betas[1], max_grad_norm=cfg.grad_clip,
+        bf16=cfg.precision == "bf16", fp16=False, logging_steps=1, logging_first_step=True,
+        save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
         report_to=[], disable_tqdm=not progress, seed=seed, data_seed=seed, remove_unused_columns=False,
         dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), save_only_model=False, **extra)
 
 
-def train_sft(model, tokenizer, train_set: list[dict], collator, cfg, *, work_dir, tracker, seed: int = 0,
-              progress: bool = False):
+def train_sft(model, tokenizer, train_set: list[dict], collator, cfg: SFTConfig, *, work_dir, tracker,
+              seed: int = 0, progress: bool = False):
     """Run (or resume) SFT; checkpoints live in ``work_dir/trainer``. Returns (summary metrics, trainer)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     out = work_dir / "trainer"
     out.mkdir(parents=True, exist_ok=True)
-    args = training_arguments(cfg, out, seed=seed, progress=progress,
-                              world_size=int(torch.distributed.get_world_size()) if torch.distributed.is_initialized() else 1)
+    world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    args = training_arguments(cfg, out, seed=seed, progress=progress, world_size=world_size)
     ref: list = []
     callbacks = [TrackerCallback(tracker, ref)]
-    if float(cfg.get("max_minutes") or 0) > 0:
-        callbacks.append(TimeBudgetCallback(float(cfg.max_minutes)))
+    if cfg.max_minutes > 0:
+        callbacks.append(TimeBudgetCallback(cfg.max_minutes))
     trainer = SFTTrainer(model=model, args=args, train_dataset=train_set, data_collator=collator,
                          processing_class=tokenizer, callbacks=callbacks)
     ref.append(trainer)

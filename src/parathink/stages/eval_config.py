@@ -1,0 +1,97 @@
+"""``EvalConfig``: the settings of the ``eval`` stage (``parathink.stages.eval``): every model stage of the run
+sampled on every test set, k samples per problem, scored as mean@k and pass@k.
+
+Every option is declared here, with its default and what it does; the defaults are the tiny curriculum's (two
+synthetic sets of 200 problems, k=8). ``hydra_conf/stage/eval.yaml`` holds the gate thresholds, an experiment what
+it changes (``parallel_r1_seen``: the paper's benchmarks and budget). The class is the Hydra schema of that file
+(``parathink.config``), so a misspelt key or a value of the wrong type fails when the config is composed; ``check``
+then refuses a value that cannot work, naming ``eval.<key>``. No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from parathink.errors import ConfigError
+from parathink.formats.tags import MAX_PARATHINKER_PATHS
+from parathink.stages.eval_sets import SET_KEYS
+
+MODES = ("causal", "structured")
+# Every model stage of the Parallel-R1 curriculum, in its order.
+MODELS = ("base", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0  # the paper samples at T=1.0 for mean@k / pass@k
+    top_p: float = 1.0
+    max_new_tokens: int = 320  # response budget, every path counted; 3 hard paths and a summary take up to ~290
+
+
+def _tiny_sets() -> dict[str, Any]:
+    return {"easy": {"source": "synthetic", "level": "easy", "split": "test", "n": 200, "k": 8},
+            "hard": {"source": "synthetic", "level": "hard", "split": "test", "n": 200, "k": 8}}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    enabled: bool = True  # false: `parathink run` leaves the stage out
+    # Model stages evaluated when their output is in the run directory (absent ones are listed, not errors).
+    models: list[str] = field(default_factory=lambda: list(MODELS))
+    mode: str = "structured"  # how the engine decodes a block: structured (Unseen: paths forked) | causal (Seen)
+    mode_by_stage: dict[str, str] = field(default_factory=dict)  # per-stage exceptions, e.g. {grpo_baseline: causal}
+    num_paths: int = 2  # paths forked per block in structured mode (Parallel-R1's public code: 2)
+    # Also score structured-mode models at each of these paths per block, as rows `<set>@N` (ParaThinker's table:
+    # accuracy and wall time per sample against the number of paths; N = num_paths reuses the set's own row).
+    path_counts: list[int] = field(default_factory=list)
+    batch_size: int = 512  # rows the engine decodes together: faster until memory runs out
+    batch_problems: int = 64  # problems handed to the sampler per call (progress granularity vs batching)
+    sampling: Sampling = field(default_factory=Sampling)
+    # A benchmark file the experiment's sets point at (``uri: ${eval.benchmarks}``; parallel_r1_seen); null = none.
+    benchmarks: str | None = None
+    # Test sets: name -> any problem source of parathink.data.sources.load_problems plus `k` (samples per problem).
+    # An experiment disables an inherited set by setting it to null. n >= 1600 samples per set: fewer leave the
+    # noise of re-scoring the tiny model above the differences it shows (docs/findings.md, "From code comments").
+    sets: dict[str, Any] = field(default_factory=_tiny_sets)
+    # The stage's quality gate on results.json (parathink.quality.eval_gate, docs/gates.md); its thresholds are in
+    # eval.yaml. Not part of the config hash.
+    gate: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_cfg(cls, node: Mapping[str, Any]) -> "EvalConfig":
+        """Build and check the ``eval`` section (resolved, as plain data)."""
+        values = dict(node)
+        values["sampling"] = Sampling(**dict(values.get("sampling") or {}))
+        cfg = cls(**values)
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        self._check_sets()
+        for stage, mode in {"*": self.mode, **self.mode_by_stage}.items():
+            if mode not in MODES:
+                where = "" if stage == "*" else f"_by_stage.{stage}"
+                raise ConfigError(f"eval.mode{where}: {mode!r} not in {MODES}")
+        for n in [self.num_paths, *self.path_counts]:
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARATHINKER_PATHS:
+                raise ConfigError(f"eval.num_paths / eval.path_counts: {n!r} is not a path count in "
+                                  f"1..{MAX_PARATHINKER_PATHS}")
+        if self.sampling.temperature < 0 or not 0 < self.sampling.top_p <= 1:
+            raise ConfigError("eval.sampling: temperature must be >= 0 and top_p in (0, 1]")
+        if self.sampling.max_new_tokens < 1:
+            raise ConfigError("eval.sampling.max_new_tokens: must be >= 1")
+
+    def _check_sets(self) -> None:
+        active = {name: spec for name, spec in self.sets.items() if spec is not None}
+        if not active:
+            raise ConfigError("eval.sets: at least one test set is needed")
+        for name, spec in active.items():
+            if not spec.get("source"):
+                raise ConfigError(f"eval.sets.{name}.source: missing")
+            if spec["source"] == "synthetic":
+                from parathink.data import synthetic
+
+                synthetic.check_spec({k: v for k, v in spec.items() if k not in SET_KEYS}, f"eval.sets.{name}")
+            if spec.get("k") is not None and int(spec["k"]) < 1:  # left out: the file's rows per problem
+                raise ConfigError(f"eval.sets.{name}.k: must be >= 1, got {spec['k']}")
