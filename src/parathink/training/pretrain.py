@@ -2,10 +2,9 @@
 
 A plain loop (AdamW, warm-up then cosine, batch of random examples) rather than a trainer framework: the model
 is 1M parameters, the loop must stop on a *greedy accuracy target* as well as on a step or time budget, and it
-must resume after a kill from its last checkpoint in the stage's work dir. CALIBRATION.md sizes it: batch 32,
-lr 2e-3, ~6 minutes on 2 cores for greedy easy ~0.87 / hard ~0.36. Packing the batch (``pack``) instead of
-padding it did better here: 1,310 steps in 6 minutes of training, greedy easy 0.95 / hard 0.46 (n=256), against
-978 steps and 0.56 / 0.21 padded.
+must resume after a kill from its last checkpoint in the stage's work dir. The batch size, learning rate and
+time budget come from calibration runs, and the batch is packed (``pack``) rather than padded because packing
+trained more steps, and better ones, in the same time (the figures: docs/findings.md, "From code comments").
 """
 
 from __future__ import annotations
@@ -65,8 +64,8 @@ def pack(batch: Sequence[Example], pad_id: int, capacity: int, loss_on: str = "r
     First-fit decreasing into rows of ``capacity`` tokens; a block-diagonal causal 4-D mask and positions that
     restart at 0 for every example make each example's logits exactly those it has alone, and the token-mean
     loss equals ``collate``'s. Random batches of the tiny corpus are ~35% padding (mean 96 tokens, max ~150),
-    so this is ~1.35x more examples per second, and with the same batch composition (unlike length bucketing,
-    which made easy-only and hard-only batches and cost hard accuracy in a measured run).
+    so this is more examples per second with the same batch composition (unlike length bucketing, which made
+    easy-only and hard-only batches and cost hard accuracy).
     """
     from parathink.modeling.attention import to_4d_mask
 

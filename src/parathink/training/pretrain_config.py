@@ -2,7 +2,7 @@
 
 The tiny curriculum copies its shipped base (``model.source``) unless ``train`` is true; then it pretrains a fresh
 ~1M-parameter Qwen3 on sequential worked solutions of the synthetic domain with these settings (AdamW, cosine,
-~6 minutes on 2 cores: greedy easy ~0.87, hard ~0.36). Real models (``model.kind=pretrained``) are only copied
+a few minutes on 2 cores; what they reached: docs/findings.md). Real models (``model.kind=pretrained``) are only copied
 into ``base/model``. The defaults are the tiny base's; ``hydra_conf/stage/base.yaml`` holds the gate thresholds.
 The class is the Hydra schema of that file (``parathink.config``): a misspelt key or a wrong type fails when the
 config is composed, ``check`` refuses values that cannot work. No torch here.
@@ -30,9 +30,9 @@ class BaseConfig:
     tokenizer_corpus_seed: int = 0  # the synthetic corpus the BPE tokenizer is trained on
 
     # --- optimiser and schedule ---
-    batch_size: int = 32  # larger batches cost time per step more than they gain in 6 minutes
+    batch_size: int = 32  # larger batches cost time per step more than they gain in the time budget
     pack_len: int = 200  # > 0: pack each batch into rows of this many tokens (block-diagonal mask); 0: pad
-    lr: float = 2.0e-3  # high for a 1M model; 4e-3 diverged
+    lr: float = 2.0e-3  # high for a 1M model; twice that diverged
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW moments
     weight_decay: float = 0.01
     warmup_steps: int = 30
@@ -43,7 +43,7 @@ class BaseConfig:
 
     # --- validation, stopping, bookkeeping ---
     target_greedy_easy: float = 0.98  # stop early once greedy accuracy on eval_n easy validation problems reaches it
-    eval_every: int = 300  # steps between validation checks (each costs ~3 s)
+    eval_every: int = 300  # steps between validation checks (each costs a greedy pass over eval_n problems)
     eval_n: int = 256  # validation problems (easy, test split, another seed than eval's)
     checkpoint_every: int = 100  # steps between resume checkpoints in the work dir
     max_new_tokens: int = 96  # greedy decoding budget; the longest worked solution is ~70 tokens

@@ -79,7 +79,7 @@ class RLConfig:
     micro_batch_size: int = 64  # rollouts per forward/backward; lowers memory, not the result
 
     # --- optimiser ---
-    lr: float = 2e-5  # the tiny model's: 2e-5 gained 4-5 points in 4 minutes, 1e-4 collapsed (the paper: 1e-6)
+    lr: float = 2e-5  # the tiny model's (higher collapsed it: docs/findings.md); the paper's 4B runs: 1e-6
     weight_decay: float = 0.0  # AdamW decay; RL runs usually keep none
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW moments
     warmup_steps: int = 0  # linear warm-up steps, then constant (the paper's RL lr is constant)
@@ -99,8 +99,8 @@ class RLConfig:
     # torchrun, or one process.
     deepspeed: str | None = None
     # Where the ratio's old log-probs come from: the engine's sampling pass (free), or a no-grad pass of the
-    # training forward before the update (one more forward). In bf16 the two differ (an H200: mean 6e-3, max 0.1
-    # nats per token), which biases the ratio; fp32 keeps them within 1e-4.
+    # training forward before the update (one more forward). In bf16 the two differ, which biases the ratio (the
+    # GPU check in docs/findings.md); in fp32 the engine is tested to agree within 1e-4.
     old_logprobs: str = "engine"
     num_threads: int = 0  # torch CPU threads; 0 keeps torch's default (all cores), 1 when other jobs share them
     # The stage's quality gate, judged from its own records when it finishes (parathink.quality.rl_gate, docs/
