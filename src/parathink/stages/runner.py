@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from omegaconf import DictConfig
 
 from parathink import distributed, memory, provenance, storage
-from parathink.config import compose
+from parathink.config import compose, config_dir  # noqa: F401  (config_dir: tests/teacher/ imports it here)
 from parathink.errors import ConfigError
 from parathink.exits import EXIT_OK, guarded
 from parathink.jsonl import load_record
@@ -401,8 +401,21 @@ def _run_stages(cfg: DictConfig, names: list[str], stages: dict[str, Stage], run
             rundir.update_run(lambda meta: meta.setdefault("stages", {}).__setitem__(name, entry))
         status = "FINISHED"
     finally:
+        _write_report(cfg, names, rundir)
         tracking.run_finished(rundir, status=status)
     return records
+
+
+def _write_report(cfg: DictConfig, names: list[str], rundir: RunDir) -> None:
+    """``report.md`` over every stage of the experiment that has published, after every run, passed or failed.
+    A report that cannot be written is a warning: it must never hide the run's own outcome."""
+    from parathink import report
+
+    stages = list(dict.fromkeys([str(s) for s in cfg.stages] + names))
+    try:
+        log(f"report: {report.write(rundir, str(cfg.experiment_name), stages)}")
+    except Exception as err:  # noqa: BLE001 - the report is a convenience; the stages' outputs are the record
+        log(f"warning: report.md not written ({type(err).__name__}: {err})")
 
 
 def _record_gate_failure(rundir: RunDir, name: str) -> None:
@@ -505,6 +518,7 @@ def _print_demo_summary(cfg: DictConfig, minutes: float) -> None:
         if deltas:
             print("\n" + deltas)
     print(f"\ncurriculum finished in {minutes:.1f} min; run directory: {rundir.root}")
+    print(f"report: {storage.join(rundir.root, 'report.md')} (stage times, gates, this table, Figure 3)")
     if cfg.tracking.backend == "mlflow":
         mlflow_bin = Path(sys.executable).with_name("mlflow")
         print(f"MLflow UI:  {mlflow_bin if mlflow_bin.exists() else 'mlflow'} ui --backend-store-uri "
