@@ -143,6 +143,8 @@ def write(rundir, experiment: str, stages: list[str]) -> str:
     text = render(experiment, str(rundir.root), stages, rundir.read_run(), manifests, results, figures)
     location = storage.join(rundir.root, REPORT_MD)
     storage.write_text(location, text)
+    if rundir.remote:  # a local copy beside the run's scratch, for the MLflow artifact
+        (rundir.local / REPORT_MD).write_text(text)
     return location
 
 

@@ -47,6 +47,11 @@ def test_run_is_tracked_registered_and_plotted(curriculum):
     assert plots == {"plots/figure3_rl_curves.png", "plots/results_table.png"}
     local = client.download_artifacts(p.info.run_id, "plots/figure3_rl_curves.png", str(curriculum.tmp))
     assert Path(local).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the run's report card: in the run directory and on the parent run, the same text
+    report = (Path(curriculum.run_dir) / "report.md").read_text()
+    assert "| train | ran |" in report and "![figure3_rl_curves](report/figure3_rl_curves.png)" in report
+    logged = client.download_artifacts(p.info.run_id, "report.md", str(curriculum.tmp))
+    assert Path(logged).read_text() == report
     # the run directory remembers the parent run: a second invocation reuses it and reruns nothing
     meta = json.loads((Path(curriculum.run_dir) / "run.json").read_text())
     assert meta["mlflow"]["parent_run_id"] == p.info.run_id

@@ -193,6 +193,8 @@ class MlflowCurriculumTracking(CurriculumTracking):
             results = rundir.resolve_input("eval") / "results.json"
             if results.exists():
                 self.parent.log_artifact(results)
+            if (rundir.local / "report.md").exists():  # parathink.report, written just before
+                self.parent.log_artifact(rundir.local / "report.md")
             run_json = plot_dir.parent / "run.json"
             run_json.write_text(json.dumps(rundir.read_run(), indent=1, sort_keys=True))
             self.parent.log_artifact(run_json)
