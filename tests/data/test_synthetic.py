@@ -1,4 +1,4 @@
-"""The synthetic domain: levels as CALIBRATION.md measured them, determinism, disjoint splits, worked solutions."""
+"""The synthetic domain: levels as docs/calibration.md measured them, determinism, disjoint splits, worked solutions."""
 
 import re
 

@@ -1,6 +1,6 @@
 """Property tests: no string crashes a parser, and parallel_r1's verdict matches an independent recognizer.
 
-The oracle is the grammar of DESIGN.md written as one regular expression (a different construction from
+The oracle is the grammar of docs/design.md written as one regular expression (a different construction from
 the parser's state machine), so a disagreement on any generated string is a bug in one of them.
 """
 

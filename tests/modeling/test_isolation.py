@@ -1,4 +1,4 @@
-"""Structured attention through the model's own attention (DESIGN.md, Layouts; issue 4 "isolation test").
+"""Structured attention through the model's own attention (docs/design.md, Layouts; issue 4 "isolation test").
 
 prefix + block of 3 paths + summary: each path's logits equal those of prefix + that path alone at the same
 positions (fp32, <= 1e-4), and the summary's logits move when any path changes. Both sdpa and eager.

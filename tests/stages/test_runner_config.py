@@ -16,7 +16,7 @@ def test_experiment_composes_and_validates(experiment):
 
 
 def test_paper_settings_reach_the_stages():
-    """REFERENCE.md's Parallel-R1 hyperparameters, as the stages read them."""
+    """docs/reference.md's Parallel-R1 hyperparameters, as the stages read them."""
     seen = runner.compose(["experiment=parallel_r1_seen"])
     assert (seen.rl_easy.prompts_per_step, seen.rl_easy.group_size, seen.rl_easy.lr) == (1024, 5, 1e-6)
     assert (seen.rl_hard.prompts_per_step, seen.rl_hard.group_size, seen.rl_hard.steps) == (512, 8, 300)

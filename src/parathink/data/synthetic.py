@@ -1,7 +1,7 @@
-"""The synthetic arithmetic domain: GSM8K-like word problems with integer answers (DESIGN.md, "The tiny default").
+"""The synthetic arithmetic domain: GSM8K-like word problems with integer answers (docs/design.md, "The tiny default").
 
 A problem is a start value and a short chain of operations on one quantity ("Mia has 12 marbles. She finds 5
-more. She gives away 3. How many marbles does Mia have now?"). Two levels, as CALIBRATION.md measured them:
+more. She gives away 3. How many marbles does Mia have now?"). Two levels, as docs/calibration.md measured them:
 
 - ``easy``: 2-3 steps of + and - on numbers up to 20 (Parallel-R1's GSM8K stage: learn the format on easy data);
 - ``hard``: 4-6 steps from a start of 5-50 with at least one x (by 2-9) or exact / (by 2-9), the running value
@@ -34,7 +34,7 @@ MAX_PROBLEMS = 1_000_000
 
 @dataclass(frozen=True)
 class LevelSpec:
-    """What a problem of one level may contain (CALIBRATION.md, "Setup that was measured")."""
+    """What a problem of one level may contain (docs/calibration.md, "Setup")."""
 
     min_steps: int
     max_steps: int
@@ -225,7 +225,7 @@ def worked_solution(record: dict) -> str:
     """The sequential solution the tiny base is pretrained on: one line per operation, running value carried.
 
     ``12 + 5 = 17`` / ``17 - 3 = 14`` / ``\\boxed{14}``. Kept this regular on purpose: a ~1M-parameter model
-    learns it in minutes (CALIBRATION.md, "Base pretraining").
+    learns it in minutes (docs/calibration.md, "Base pretraining").
     """
     start, ops = int(record["start"]), record["ops"]
     return _solution_text(start, ops, running_values(start, ops))

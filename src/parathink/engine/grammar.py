@@ -1,4 +1,4 @@
-"""What the engine forces and where it forks, per grammar (DESIGN.md, Formats; REFERENCE.md, NPR/ParaThinker).
+"""What the engine forces and where it forks, per grammar (docs/design.md, Formats; docs/reference.md, NPR/ParaThinker).
 
 The layout (``parathink.formats.layouts.scan``) decides positions and visibility from the token ids; this
 module only says which ids the engine writes itself:

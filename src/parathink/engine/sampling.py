@@ -1,7 +1,7 @@
 """Sampling settings and the batched token sampler.
 
 The engine reports, for every token it takes, the log-softmax of the model's *raw* logits (temperature 1)
-at that token: that is what the training forward recomputes (DESIGN.md, Layouts), whatever temperature,
+at that token: that is what the training forward recomputes (docs/design.md, Layouts), whatever temperature,
 top-p, bans or repetition penalty shaped the distribution the token was drawn from.
 """
 

@@ -9,7 +9,7 @@ All pure functions over per-problem verdicts, so that the eval stage, tests and 
 - paired difference: two models' mean@k on the same problems, with the standard error of the per-problem
   differences (what "a stage gained N points over its start" rests on);
 - behaviour: parallel rate, mean relative position (over parallel traces), blocks per trace, response length,
-  computed by ``parathink.formats.metrics`` (DESIGN.md, Formats → Metrics) — not re-implemented here.
+  computed by ``parathink.formats.metrics`` (docs/design.md, Formats (metrics)) — not re-implemented here.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def ordered_stages(results: dict) -> list[str]:
     return [s for s in STAGE_ORDER if s in stages] + sorted(s for s in stages if s not in STAGE_ORDER)
 
 
-# ParaThinker-1.5B's average accuracy (REFERENCE.md): sequential, then 2 / 4 / 8 paths.
+# ParaThinker-1.5B's average accuracy (docs/reference.md): sequential, then 2 / 4 / 8 paths.
 PARATHINKER_1P5B = {"sequential": 50.9, 2: 54.9, 4: 59.9, 8: 63.2}
 
 

@@ -1,4 +1,4 @@
-"""Structured-attention layouts derived from token ids (DESIGN.md, Layouts).
+"""Structured-attention layouts derived from token ids (docs/design.md, Layouts).
 
 For the structured (Unseen) variant of Parallel-R1, NPR and ParaThinker, the sequence is one flat list of
 tokens but the paths of a block are computed as if they ran side by side:

@@ -1,4 +1,4 @@
-"""The paper's behaviour metrics, defined once (DESIGN.md, Formats → Metrics).
+"""The paper's behaviour metrics, defined once (docs/design.md, Formats (metrics)).
 
 - parallel: valid and at least one block; parallel rate = parallel traces / all traces.
 - relative position of a block = offset of its opening tag / length of the response, in tokens when a

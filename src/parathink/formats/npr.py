@@ -1,4 +1,4 @@
-"""The NPR grammar (DESIGN.md, Formats; NPR §3, "Native Parallel Reasoner").
+"""The NPR grammar (docs/design.md, Formats; NPR §3, "Native Parallel Reasoner").
 
     block := <guideline> ws (<plan> i: text </plan> ws)+ </guideline> ws
              (<step> i: text </step> ws){one per plan} <takeaway> text </takeaway>

@@ -1,4 +1,4 @@
-"""The Parallel-R1 grammar (DESIGN.md, Formats; Parallel-R1 §3).
+"""The Parallel-R1 grammar (docs/design.md, Formats; Parallel-R1 §3).
 
     block := <Parallel> ws (<Path> text </Path> ws){2,} </Parallel> ws <Summary> text </Summary>
 

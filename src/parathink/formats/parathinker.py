@@ -1,4 +1,4 @@
-"""The ParaThinker grammar (DESIGN.md, Formats; ParaThinker §3).
+"""The ParaThinker grammar (docs/design.md, Formats; ParaThinker §3).
 
     block := <think1> text </think1> ws <think2> text </think2> ws ... <thinkN> text </thinkN> ws
              <summary> text </summary>

@@ -1,4 +1,4 @@
-"""The tag vocabulary of each grammar (DESIGN.md, Formats).
+"""The tag vocabulary of each grammar (docs/design.md, Formats).
 
 These strings become special tokens of the tokenizer (one id each), so the layout can be derived from
 token ids alone and the engine can fork on a single id.

@@ -54,5 +54,5 @@ class Trace:
 
     @property
     def parallel(self) -> bool:
-        """DESIGN.md: a trace is parallel when it is valid and has at least one block."""
+        """docs/design.md: a trace is parallel when it is valid and has at least one block."""
         return self.valid and len(self.blocks) > 0

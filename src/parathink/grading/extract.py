@@ -1,4 +1,4 @@
-"""Answer extraction (DESIGN.md, Grading): the last ``\\boxed{…}`` with balanced braces, else the last
+"""Answer extraction (docs/design.md, Grading): the last ``\\boxed{…}`` with balanced braces, else the last
 ``Final Answer: …`` line (Parallel-R1's public code reads that line).
 
 One left-to-right pass over the braces, so the time is linear in the response's length whatever it holds: scanning

@@ -68,7 +68,8 @@ def _key(model_id: str, spec: ProbeSpec, grammar: str, seed: int) -> str:
 
 
 def sample(model_dir: Path | str, spec: ProbeSpec, grammar: str, seed: int) -> dict[str, float]:
-    """Sample ``model_dir`` on the probe; its accuracy, parallel rate and valid-format rate (DESIGN.md's metrics)."""
+    """Sample ``model_dir`` on the probe: its accuracy, parallel rate and valid-format rate
+    (docs/design.md's metrics)."""
     import torch
 
     from parathink import distributed

@@ -1,6 +1,6 @@
 """The trace filter: which raw teacher traces become cold-start SFT data (Parallel-R1 Sec. 3.1).
 
-A trace is accepted when it is parallel (valid format with at least one block, DESIGN.md), its final answer is
+A trace is accepted when it is parallel (valid format with at least one block, docs/design.md), its final answer is
 correct, its length is within bounds, and it is the first such trace of its problem. A record whose teacher
 says it reached no vote (``vote: null``, the ``self`` teacher on a tie) is rejected too: its last ``\\boxed{}`` is
 a path's answer, not a summary's. Everything else is

@@ -1,4 +1,4 @@
-"""Reward functions and schedules (DESIGN.md, Grading and rewards), a registry chosen by name.
+"""Reward functions and schedules (docs/design.md, Grading and rewards), a registry chosen by name.
 
 Every reward is ``fn(trace, correct, step) -> float`` with ``step`` counted from 1, so schedules that change
 with the training step (alternating, scaffold) have the same signature as the plain ones. Parameters (the

@@ -1,4 +1,4 @@
-"""The `base` stage: the model every later stage starts from (DESIGN.md, curriculum table).
+"""The `base` stage: the model every later stage starts from (docs/design.md, "The curriculum").
 
 - tiny default, ``base.train=false`` (default): copy the shipped checkpoint (``model.source``,
   ``builtin:tiny_base``) to ``model/`` — a real run also starts from a downloaded base, not from scratch;

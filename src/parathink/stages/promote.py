@@ -1,6 +1,6 @@
 """The ``promote`` stage: move the registry's ``champion`` alias to this run's best model when it wins.
 
-DESIGN.md ("Orchestration"): promotion is a stage like the others, the last task of the Airflow DAGs and of the
+docs/orchestration.md ("The call"): promotion is a stage like the others, the last task of the Airflow DAGs and of the
 Kubeflow pipeline. It reads this run's ``eval/results.json``, picks the run's best registered model version on
 ``tracking.promote.metric``, compares it with the current ``champion`` and moves the alias only when the candidate
 wins by more than ``tracking.promote.margin`` (``parathink.tracking.registry.decide``). The comparison table goes

@@ -4,7 +4,7 @@
 demo`` are ``main_run``, ``main_stage``, ``main_plan`` and ``main_demo`` here (``parathink.cli`` dispatches); each
 returns its exit code (``parathink.exits``: 0 ok, 2 bad config or input, 3 a quality gate failed, 1 anything else).
 
-Per stage (DESIGN.md, "The curriculum"):
+Per stage (docs/design.md, "The curriculum"):
 1. the config hash covers the stage's section plus the shared keys it reads (``manifest.stage_config``);
 2. a stage whose published manifest has the same config hash, whose recorded inputs still have the same
    output hashes, and whose files are intact is skipped;
@@ -461,7 +461,7 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
     """What an orchestrator needs to place a run: its stages in order, each stage's placement, the tracking store.
 
     The config is validated exactly as ``parathink run`` validates it, so a bad override fails here, in seconds,
-    with the same one-line error (DESIGN.md, "Orchestration").
+    with the same one-line error (docs/orchestration.md).
     """
     from parathink import cluster
 

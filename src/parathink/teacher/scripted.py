@@ -10,7 +10,7 @@ strategy, chosen per problem in the configured order among those that apply:
 - ``backwards``: left to right, then the chain undone from the result back to the start as a check.
 
 Each path ends with ``\\boxed{N}``; the summary states the vote (``traces.voted_trace``; every path agrees here).
-CALIBRATION.md warns that a strategy harder than the base's skill (here: ``regroup``'s signed sums) costs a
+docs/calibration.md warns that a strategy harder than the base's skill (here: ``regroup``'s signed sums) costs a
 tiny model accuracy after SFT; the strategy list is therefore configuration, not code.
 """
 

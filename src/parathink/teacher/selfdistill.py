@@ -3,7 +3,7 @@
 The model samples its own sequential solutions; some of them become the paths of one block and the summary
 compares their results and states the majority vote. The trace is kept (by the ``filter`` stage, which checks
 the final answer) when the vote is right. Nothing in a path demands a skill the model lacks, which is why
-CALIBRATION.md finds that self-distilled paths, with the structured layout, keep the tiny model's accuracy.
+docs/calibration.md finds that self-distilled paths, with the structured layout, keep the tiny model's accuracy.
 
 Three choices shape the trace, each a config key of ``teacher.self``:
 

@@ -1,6 +1,6 @@
 """Building parallel traces from finished paths, in each grammar (the ``scripted`` and ``self`` teachers, SFT's replays).
 
-The trace is kept short and regular for a ~1M-parameter student (CALIBRATION.md, "Cold-start SFT"): each path
+The trace is kept short and regular for a ~1M-parameter student (docs/calibration.md, "Cold-start SFT"): each path
 ends with its own ``\\boxed{N}``, so its result sits at a fixed place; the summary states the paths' majority
 answer; the final ``\\boxed{V}`` follows the block. One block, in the grammar asked for:
 

@@ -1,4 +1,4 @@
-"""``PromoteConfig``: when the registry's ``champion`` alias moves (``tracking.promote``; DESIGN.md, "Tracking").
+"""``PromoteConfig``: when the registry's ``champion`` alias moves (``tracking.promote``; docs/design.md, "Tracking").
 
 Read by the ``promote`` stage (``parathink.stages.promote``: this run's best model against the champion) and by
 ``parathink promote`` (``parathink.tracking.registry.main_promote``: a named version or alias against it). The

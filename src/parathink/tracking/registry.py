@@ -3,7 +3,7 @@
 After ``eval`` each version carries its scores as tags (``eval.<set>.<metric>``) and the run's best version
 (on ``tracking.promote.metric``) gets the alias ``candidate``. ``parathink promote`` then moves ``champion``
 to the candidate only when the candidate beats the current champion by more than ``tracking.promote.margin``
-(DESIGN.md, "Tracking"), and says why either way.
+(docs/design.md, "Tracking"), and says why either way.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def problems_for_step(n_problems: int, per_step: int, step: int, seed: int) -> l
 
 def score(group: int, sample: Any, text: str, gold: Any, grammar: str,
           reward_fn: Callable[[Trace, bool, int], float], step: int) -> Rollout:
-    """Parse, grade and reward one response (DESIGN.md, Grading and rewards)."""
+    """Parse, grade and reward one response (docs/design.md, Grading and rewards)."""
     trace = parse(text, grammar)
     _, correct = grade(text, gold)
     reward = float(reward_fn(trace, correct, step))
