@@ -389,11 +389,13 @@ def _run_stages(cfg: DictConfig, names: list[str], stages: dict[str, Stage], run
     """Rank 0: the stages in order, each one's outcome in run.json; the MLflow parent run closed either way."""
     records: dict[str, dict] = {}
     status = "FAILED"
+    gate_failed = False
     try:
         for name in names:
             try:
                 records[name] = run_stage(cfg, name, stages[name], rundir, tracking, procs)
             except GateFailed:
+                gate_failed = True
                 _record_gate_failure(rundir, name)
                 raise
             entry = {k: records[name].get(k) for k in ("status", "output_hash", "duration_s", "mlflow_run_id")}
@@ -401,7 +403,8 @@ def _run_stages(cfg: DictConfig, names: list[str], stages: dict[str, Stage], run
             rundir.update_run(lambda meta: meta.setdefault("stages", {}).__setitem__(name, entry))
         status = "FINISHED"
     finally:
-        _write_report(cfg, names, rundir)
+        if records or gate_failed:  # not when nothing got as far as publishing (e.g. another process held the lock)
+            _write_report(cfg, names, rundir)
         tracking.run_finished(rundir, status=status)
     return records
 
