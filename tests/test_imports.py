@@ -15,11 +15,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# Known exceptions, each in a file another issue was editing when this check landed (issue 20 part 2 removes them).
-# The test fails when one is gone, so that it is struck off here.
-KNOWN = {
-    ("private", "parathink.evaluation.generators", "parathink.training._generate"),  # evaluation/: issue 19's
-}
+# Known exceptions: none. (A new one would be listed here with its reason; the test fails when one is gone, so
+# that it is struck off.)
+KNOWN: set[tuple[str, str, str]] = set()
 
 
 def modules() -> dict[str, tuple[Path, bool]]:

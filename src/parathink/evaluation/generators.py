@@ -40,7 +40,7 @@ def engine_generator(model: Any, tokenizer: Any, *, grammar: str, mode: str, num
 
 
 def _hf_generator(model, tokenizer, temperature, top_p, max_new_tokens, batch_size, seed) -> TextGenerator:
-    from parathink.training._generate import generate_responses
+    from parathink.training.sampling import generate_responses
 
     calls = [0]
 

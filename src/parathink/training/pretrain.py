@@ -23,7 +23,7 @@ from parathink.data.prompts import build_prompt
 from parathink.data.synthetic import generate, worked_solution
 from parathink.logs import log
 from parathink.tracking.base import NullTracker, Tracker
-from parathink.training._generate import accuracy
+from parathink.training.sampling import accuracy
 
 IGNORE = -100
 
