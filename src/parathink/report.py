@@ -12,12 +12,12 @@ parent run; ``parathink report RUN_DIR`` writes it again for any run directory, 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from parathink.evaluation import results as results_file
 from parathink.evaluation.table import format_table, format_vs_start
 from parathink.storage import uri as storage
 
@@ -119,10 +119,6 @@ def render(experiment: str, run_dir: str, stages: list[str], run: dict, manifest
     return "\n".join(out)
 
 
-def _read_json(location: str) -> dict | None:
-    return json.loads(storage.read_text(location)) if storage.exists(location) else None
-
-
 def write(rundir, experiment: str, stages: list[str]) -> str:
     """Writes ``report.md`` (and its figure) into the run directory; returns the report's location."""
     from parathink.tracking.plots import write_run_plots
@@ -130,7 +126,8 @@ def write(rundir, experiment: str, stages: list[str]) -> str:
     manifests = {name: (asdict(m) if (m := rundir.manifest(name)) is not None else None) for name in stages}
     results = None
     if manifests.get("eval") is not None:
-        results = _read_json(storage.join(rundir.stage_uri("eval"), "results.json"))
+        location = storage.join(rundir.stage_uri("eval"), results_file.FILE)
+        results = results_file.parse(storage.read_bytes(location), location) if storage.exists(location) else None
     with tempfile.TemporaryDirectory(prefix="parathink-report-") as tmp:
         # Figure 3 only: the results table is in the markdown already.
         pngs = [p for p in write_run_plots(rundir, Path(tmp), tuple(s for s in stages if s != "eval"))

@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from parathink.data.prompts import build_prompt
+from parathink.evaluation.results import SetRow
 from parathink.evaluation.metrics import best_at_k, maj_at_k, majority, mean_at_k, mean_pass_at_k
 from parathink.formats import parse
 from parathink.formats.metrics import paths_histogram, relative_position, summarize
@@ -69,7 +70,7 @@ def score_problem(record: dict, responses: Sequence[str], grammar: str, tokenize
             "accuracy": c / len(samples) if samples else 0.0, "samples": samples}
 
 
-def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> dict:
+def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> SetRow:
     """The set's row of results.json from its per-problem records."""
     correct = [[s["correct"] for s in p["samples"]] for p in problems]
     answers = [[s["extracted"] for s in p["samples"]] for p in problems]

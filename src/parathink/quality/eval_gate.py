@@ -9,9 +9,9 @@ file, so an eval that silently evaluated less cannot vouch for itself.
 
 from __future__ import annotations
 
-import json
 import math
 
+from parathink.evaluation import results as results_file
 from parathink.quality.expectations import Expectation, at_least, equals
 from parathink.quality.gate import GateInput, gate_section
 
@@ -56,8 +56,7 @@ def _listed(items: list[str]) -> str:
 
 def eval_gate(cfg, out: GateInput) -> list[Expectation]:
     g = gate_section(cfg, "eval")
-    results = json.loads((out.folder / "results.json").read_text(encoding="utf-8"))
-    evaluated = results.get("stages") or {}
+    evaluated = results_file.read(out.folder)["stages"]
     trained = [s for s in map(str, cfg.eval.models) if s in [str(x) for x in cfg.get("stages", [])]]
     missing = [s for s in trained if s not in evaluated]
     expected = expected_samples(cfg, out.seed)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, storage
 from parathink.errors import StageInputMissing
+from parathink.evaluation import results as results_file
 from parathink.jsonl import load_record
 from parathink.logs import log
 from parathink.quality.eval_gate import KEYS as GATE_KEYS, eval_gate as gate  # noqa: F401  (the runner's)
@@ -229,6 +230,6 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     if not distributed.group().is_main:
         return {}  # rank 0 writes the results
     results["vs_start"] = vs_start(cfg, ctx.out_dir, results["stages"])
-    (ctx.out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    results_file.write(results, ctx.out_dir)
     return {f"{stage}.{s}.{key}": float(row[key]) for stage, sets_ in results["stages"].items()
             for s, row in sets_.items() for key in MANIFEST_KEYS if row.get(key) is not None}

@@ -18,6 +18,7 @@ import sys
 from omegaconf import DictConfig
 
 from parathink.errors import ConfigError
+from parathink.evaluation import results as results_file
 from parathink.stages.context import StageContext
 from parathink.tracking.promote_config import PromoteConfig
 
@@ -80,7 +81,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict:
     if failed:  # before the eval is read: reading it would refuse too, naming only the first failed stage
         raise GateFailed(f"promote: not promoting a run whose gates failed at {', '.join(failed)}",
                          failures=[{"stage": s} for s in failed], report_dir=str(rundir.root))
-    results = json.loads((ctx.input("eval") / "results.json").read_text(encoding="utf-8"))
+    results = results_file.read(ctx.input("eval"))
     rule = PromoteConfig.of(cfg)
     metric, margin = rule.metric, float(rule.margin)
     parent = rundir.read_run().get("mlflow", {}).get("parent_run_id")

@@ -36,6 +36,7 @@ from omegaconf import DictConfig
 from parathink import distributed, memory, provenance, storage
 from parathink.config import compose, config_dir  # noqa: F401  (config_dir: tests/teacher/ imports it here)
 from parathink.errors import ConfigError
+from parathink.evaluation import results as results_file
 from parathink.exits import EXIT_OK, guarded
 from parathink.jsonl import load_record
 from parathink.logs import log, metrics_tail
@@ -514,8 +515,8 @@ def _print_demo_summary(cfg: DictConfig, minutes: float) -> None:
 
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
     results_dir = rundir.resolve_input("eval")
-    if (results_dir / "results.json").exists():
-        results = json.loads((results_dir / "results.json").read_text())
+    if (results_dir / results_file.FILE).exists():
+        results = results_file.read(results_dir)
         print(format_table(results))
         deltas = format_vs_start(results)
         if deltas:

@@ -16,21 +16,13 @@ import tempfile
 
 from parathink import storage
 from parathink.errors import BadInput
-from parathink.jsonl import parse_object
+from parathink.evaluation import results as results_file
+from parathink.evaluation.results import Results
 
 
-def checked(text: str | bytes, where: str) -> dict:
+def checked(text: str | bytes, where: str) -> Results:
     """A results.json's content, or BadInput naming the file when it is not one (nothing printed before)."""
-    try:
-        data = parse_object(text)
-    except ValueError as err:
-        raise BadInput(f"{where}: {err}") from None
-    if not isinstance(data.get("stages"), dict):
-        raise BadInput(f"{where}: not a results.json (no 'stages' object)")
-    for stage, sets in data["stages"].items():
-        if not isinstance(sets, dict) or not all(isinstance(row, dict) for row in sets.values()):
-            raise BadInput(f"{where}: stages.{stage} is not an object of result rows")
-    return data
+    return results_file.parse(text, where)
 
 
 def _from_mlflow(run_id: str, tracking_uri: str) -> dict:
