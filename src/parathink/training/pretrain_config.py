@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from parathink.errors import ConfigError
+from parathink.training.optim_config import with_betas
 
 LOSS_ON = ("response", "all")
 
@@ -60,8 +61,7 @@ class BaseConfig:
         if unexpected:
             raise ConfigError(f"base.{unexpected[0]}: unknown setting of the base stage")
         values = dict(node)
-        if "betas" in values:
-            values["betas"] = tuple(float(b) for b in values["betas"])
+        with_betas(values)
         cfg = cls(**values)
         cfg.check()
         return cfg

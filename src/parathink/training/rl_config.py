@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from parathink.errors import ConfigError
+from parathink.training.optim_config import with_betas
 
 ENGINE_MODES = ("causal", "structured")
 MIXED_PRECISION = ("no", "bf16", "fp16")
@@ -128,8 +129,7 @@ class RLConfig:
         values = dict(node)
         if "problems" in values:
             values["problems"] = dict(values["problems"])
-        if "betas" in values:
-            values["betas"] = tuple(float(b) for b in values["betas"])
+        with_betas(values)
         cfg = cls(**values)
         cfg.check(stage)
         return cfg

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from parathink.errors import ConfigError
+from parathink.training.optim_config import with_betas
 
 COLLATORS = ("causal", "structured")
 OVERLONG = ("drop", "truncate")
@@ -94,8 +95,7 @@ class SFTConfig:
         for key in REPLAYS:
             if key in values:
                 values[key] = Replay(**dict(values[key]))
-        if "betas" in values:
-            values["betas"] = tuple(float(b) for b in values["betas"])
+        with_betas(values)
         cfg = cls(**values)
         cfg.check()
         return cfg
