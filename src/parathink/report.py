@@ -12,8 +12,8 @@ parent run; ``parathink report RUN_DIR`` writes it again for any run directory, 
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -121,19 +121,19 @@ def render(experiment: str, run_dir: str, stages: list[str], run: dict, manifest
 
 def write(rundir, experiment: str, stages: list[str]) -> str:
     """Writes ``report.md`` (and its figure) into the run directory; returns the report's location."""
-    from parathink.tracking.plots import write_run_plots
+    from parathink.tracking.plots import PLOT_DIR, write_run_plots
 
     manifests = {name: (asdict(m) if (m := rundir.manifest(name)) is not None else None) for name in stages}
     results = None
     if manifests.get("eval") is not None:
         location = storage.join(rundir.stage_uri("eval"), results_file.FILE)
         results = results_file.parse(storage.read_bytes(location), location) if storage.exists(location) else None
-    with tempfile.TemporaryDirectory(prefix="parathink-report-") as tmp:
-        # Figure 3 only: the results table is in the markdown already.
-        pngs = [p for p in write_run_plots(rundir, Path(tmp), tuple(s for s in stages if s != "eval"))
-                if p.name.startswith("figure3")]
-        figures = []
-        for png in pngs:
+    # Every plot, drawn once per report: the run's tracking logs these same files (tracking.curriculum).
+    plot_dir = rundir.local / PLOT_DIR
+    shutil.rmtree(plot_dir, ignore_errors=True)
+    figures = []
+    for png in write_run_plots(rundir, plot_dir, tuple(stages)):
+        if png.name.startswith("figure3"):  # the results table is in the markdown already
             rel = f"{FIGURE_DIR}/{png.name}"
             storage.write_bytes(storage.join(rundir.root, rel), png.read_bytes())
             figures.append(rel)

@@ -184,11 +184,11 @@ class MlflowCurriculumTracking(CurriculumTracking):
 
     # ------------------------------------------------------------ the run
     def run_finished(self, rundir, status: str) -> None:
-        from parathink.tracking.plots import write_run_plots
+        from parathink.tracking.plots import PLOT_DIR
 
-        plot_dir = rundir.local / ".tracking" / "plots"
+        plot_dir = rundir.local / PLOT_DIR
         try:
-            for png in write_run_plots(rundir, plot_dir, tuple(str(s) for s in self.cfg.stages)):
+            for png in sorted(plot_dir.glob("*.png")):  # drawn by parathink.report, just before
                 self.parent.log_artifact(png, "plots")
             results = rundir.resolve_input("eval") / "results.json"
             if results.exists():
@@ -196,6 +196,7 @@ class MlflowCurriculumTracking(CurriculumTracking):
             if (rundir.local / "report.md").exists():  # parathink.report, written just before
                 self.parent.log_artifact(rundir.local / "report.md")
             run_json = plot_dir.parent / "run.json"
+            run_json.parent.mkdir(parents=True, exist_ok=True)  # no report this call: nothing made the folder
             run_json.write_text(json.dumps(rundir.read_run(), indent=1, sort_keys=True))
             self.parent.log_artifact(run_json)
         finally:
