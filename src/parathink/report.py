@@ -145,16 +145,17 @@ def write(rundir, experiment: str, stages: list[str]) -> str:
     return location
 
 
-KNOWN_STAGES = ("base", "teacher", "filter", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline", "eval",
-                "promote")
-
 
 def published_stages(rundir) -> list[str]:
     """The stages run.json names or that have published, in the order they started."""
-    run = rundir.read_run()
-    names = set(run.get("stages", {})) | {s for s in KNOWN_STAGES if rundir.manifest(s) is not None}
-    started = {s: (m.started_at if (m := rundir.manifest(s)) is not None else float("inf")) for s in names}
-    return sorted(names, key=lambda s: (started[s], KNOWN_STAGES.index(s) if s in KNOWN_STAGES else 99))
+    from parathink.stages import CURRICULUM
+
+    listed = set(rundir.read_run().get("stages", {}))
+    manifests = {s: rundir.manifest(s) for s in listed | set(CURRICULUM)}
+    started = {s: m.started_at for s, m in manifests.items() if m is not None}
+    names = listed | set(started)
+    return sorted(names, key=lambda s: (started.get(s, float("inf")),
+                                        CURRICULUM.index(s) if s in CURRICULUM else len(CURRICULUM)))
 
 
 def main(argv: list[str]) -> int:

@@ -16,8 +16,10 @@ from typing import List
 
 from kfp import dsl
 
+from parathink.stages import CURRICULUM
+
 # Every stage that can be a pipeline task: the curriculum's stages and promote (docs/design.md, "The curriculum").
-STAGES = ("base", "teacher", "filter", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline", "eval", "promote")
+STAGES = CURRICULUM
 # Placeholder: the pipeline sets each task's image from its placement (the profile's trainer image).
 DEFAULT_IMAGE = "parathink-trainer:0.1.0"
 

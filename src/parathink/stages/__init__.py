@@ -6,4 +6,6 @@ module, ``rl.py``. A config's ``stage_modules`` maps further names (plug-in stag
 """
 
 RL_STAGES = ("rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
+# Every built-in stage, in the curriculum's order.
+CURRICULUM = ("base", "teacher", "filter", "sft", *RL_STAGES, "eval", "promote")
 BUILTIN = {name: f"parathink.stages.rl:{name}" for name in RL_STAGES}

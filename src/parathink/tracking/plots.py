@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-RL_STAGES = ("rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
+from parathink.stages import RL_STAGES
+
 # Under a run directory's local side: the plots of its last report (parathink.report draws them, tracking logs them).
 PLOT_DIR = Path(".tracking") / "plots"
 FIGURE3 = (("accuracy", "accuracy"), ("parallel_rate", "parallel rate"), ("relative_position", "relative position"))
