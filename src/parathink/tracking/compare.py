@@ -20,12 +20,7 @@ from parathink.evaluation import results as results_file
 from parathink.evaluation.results import Results
 
 
-def checked(text: str | bytes, where: str) -> Results:
-    """A results.json's content, or BadInput naming the file when it is not one (nothing printed before)."""
-    return results_file.parse(text, where)
-
-
-def _from_mlflow(run_id: str, tracking_uri: str) -> dict:
+def _from_mlflow(run_id: str, tracking_uri: str) -> Results:
     from mlflow.exceptions import MlflowException
 
     from parathink.tracking.reachable import client
@@ -34,18 +29,18 @@ def _from_mlflow(run_id: str, tracking_uri: str) -> dict:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = mlflow.download_artifacts(run_id, "results.json", tmp)
-            return checked(open(path, "rb").read(), f"MLflow run {run_id}: results.json")
+            return results_file.parse(open(path, "rb").read(), f"MLflow run {run_id}: results.json")
     except (MlflowException, OSError) as err:
         raise FileNotFoundError(f"MLflow run {run_id}: no results.json artifact ({type(err).__name__})") from err
 
 
-def load_results(ref: str, tracking_uri: str | None) -> dict:
+def load_results(ref: str, tracking_uri: str | None) -> Results:
     """results.json of a run directory (``<ref>/eval/results.json``) or of an MLflow run (``runs:<id>`` or id)."""
     if ref.startswith("runs:"):
         return _from_mlflow(ref.split(":", 1)[1].strip("/"), tracking_uri or "")
     for uri in (storage.join(ref, "eval", "results.json"), storage.join(ref, "results.json")):
         if storage.exists(uri) and not storage.list_files(uri):  # a file, not a folder
-            return checked(storage.read_bytes(uri), uri)
+            return results_file.parse(storage.read_bytes(uri), uri)
     if tracking_uri and len(ref) == 32 and all(c in "0123456789abcdef" for c in ref):
         return _from_mlflow(ref, tracking_uri)
     raise FileNotFoundError(f"{ref}: no eval/results.json there (give a run directory or an MLflow run id)")
