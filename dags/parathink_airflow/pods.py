@@ -1,11 +1,10 @@
-"""One curriculum stage as a ``KubernetesPodOperator`` pod, built from the stage's placement (``parathink plan``).
+"""One curriculum stage as a ``KubernetesPodOperator`` pod: the Pod ``parathink plan`` rendered for it.
 
-Everything the pod asks for comes from the placement, that is from ``hydra_conf/cluster/*.yaml``: the trainer image,
-namespace and service account, requests = limits (plus ``nvidia.com/gpu`` on GPU stages), the GPU pool's node
-selector and tolerations, a memory-backed ``/dev/shm`` of ``shm_size``, plain env, env from Kubernetes Secrets
-(the pod spec names the Secret and key; no value passes through Airflow), an optional PVC for run directories,
-and a start-up timeout long enough for node scale-up and image pulls. Succeeded pods are deleted; failed ones
-are kept for ``kubectl logs``.
+The pod is not decided here. ``parathink plan`` prints each stage's Pod (``pods``, rendered by parathink.podspec
+from ``hydra_conf/cluster/*.yaml``: image, resources, GPU pool, /dev/shm, env and env from Secrets by reference,
+the PVC, labels, the restricted security context) and the operator takes it as its pod template, adding only the
+command, Airflow's own labels and a name suffix. Succeeded pods are deleted; failed ones are kept for
+``kubectl logs``.
 
 From the command line (the Airflow venv's python; no DAG, no Airflow database)::
 
@@ -24,7 +23,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -36,81 +34,27 @@ if __package__ in (None, ""):  # run as a script: make the package importable
 
 from parathink_airflow.form import arguments  # noqa: E402
 
-CONTAINER = "base"  # the KubernetesPodOperator's name for the container it watches
-SHM_VOLUME, RUNS_VOLUME = "dshm", "runs"
-DNS_UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
-def _toleration(spec: Mapping[str, Any]):
-    from kubernetes.client import models as k8s
+def stage_pod(pod: Mapping[str, Any], placement: Mapping[str, Any], argv: Sequence[str], *,
+              task_id: str | None = None, get_logs: bool = True, kubeconfig: str | None = None,
+              context: str | None = None, conn_id: str | None = "kubernetes_default"):
+    """The ``KubernetesPodOperator`` that runs ``parathink ARGV...`` in ``pod``, the stage's Pod as ``parathink plan``
+    rendered it (``pods``: parathink.podspec); the operator only adds the command, its labels and a name suffix.
 
-    return k8s.V1Toleration(key=spec.get("key"), operator=spec.get("operator"), value=spec.get("value"),
-                            effect=spec.get("effect"), toleration_seconds=spec.get("tolerationSeconds"))
-
-
-def _env(placement: Mapping[str, Any]) -> list:
-    from kubernetes.client import models as k8s
-
-    env = [k8s.V1EnvVar(name=k, value=v) for k, v in placement["env"].items()]
-    for ref in placement["secrets"]:
-        source = k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(name=ref["secret"], key=ref["key"]))
-        env.append(k8s.V1EnvVar(name=ref["env"], value_from=source))
-    return env
-
-
-def _volumes(placement: Mapping[str, Any]) -> tuple[list, list]:
-    """/dev/shm in memory (Docker's 64 MB default starves NCCL and DataLoader workers), and the runs PVC."""
-    from kubernetes.client import models as k8s
-
-    volumes = [k8s.V1Volume(name=SHM_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource(
-        medium="Memory", size_limit=placement["shm_size"]))]
-    mounts = [k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")]
-    if placement.get("volume"):
-        claim = k8s.V1PersistentVolumeClaimVolumeSource(claim_name=placement["volume"]["claim"])
-        volumes.append(k8s.V1Volume(name=RUNS_VOLUME, persistent_volume_claim=claim))
-        mounts.append(k8s.V1VolumeMount(name=RUNS_VOLUME, mount_path=placement["volume"]["mount_path"]))
-    return volumes, mounts
-
-
-def _resources(placement: Mapping[str, Any]):
-    from kubernetes.client import models as k8s
-
-    amounts = dict(placement["resources"])
-    if placement["gpu"]:
-        amounts[placement["gpu_resource"]] = str(placement["gpus_per_node"])
-    # requests = limits: Guaranteed QoS, so a training pod is the last one evicted under memory pressure.
-    return k8s.V1ResourceRequirements(requests=amounts, limits=dict(amounts))
-
-
-def stage_pod(placement: Mapping[str, Any], argv: Sequence[str], *, task_id: str | None = None,
-              get_logs: bool = True, kubeconfig: str | None = None, context: str | None = None,
-              conn_id: str | None = "kubernetes_default"):
-    """The ``KubernetesPodOperator`` that runs ``parathink ARGV...`` where ``placement`` says.
-
-    ``argv`` starts with ``stage NAME``; the stage name also names the pod. ``kubeconfig``/``context`` (and
-    ``conn_id=None``) point it at a cluster outside Airflow's connections, as the command line does.
+    ``placement`` gives what is the operator's own (the start-up timeout). ``argv`` starts with ``stage NAME``.
+    ``kubeconfig``/``context`` (and ``conn_id=None``) point it at a cluster outside Airflow's connections, as the
+    command line does.
     """
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    stage = placement["stage"]
-    volumes, mounts = _volumes(placement)
+    (container,) = pod["spec"]["containers"]
     return KubernetesPodOperator(
-        task_id=task_id or f"parathink-{stage}",
-        name=f"parathink-{DNS_UNSAFE.sub('-', stage.lower())}",
-        namespace=placement["namespace"],
-        image=placement["image"],
-        image_pull_policy=placement["image_pull_policy"],
+        task_id=task_id or f"parathink-{placement['stage']}",
+        pod_template_dict=dict(pod),
+        base_container_name=container["name"],  # the container whose log is followed and exit code read
         cmds=["parathink"],
         arguments=list(argv),
-        labels={"app.kubernetes.io/name": "parathink", "app.kubernetes.io/component": "stage",
-                "parathink.io/stage": DNS_UNSAFE.sub("-", stage.lower())},
-        env_vars=_env(placement),
-        container_resources=_resources(placement),
-        node_selector=dict(placement["node_selector"]) or None,
-        tolerations=[_toleration(t) for t in placement["tolerations"]] or None,
-        volumes=volumes,
-        volume_mounts=mounts,
-        service_account_name=placement["service_account"],
         startup_timeout_seconds=placement["startup_timeout_s"],
         on_finish_action="delete_succeeded_pod",
         get_logs=get_logs,
@@ -129,11 +73,11 @@ def pod_request(operator) -> dict:
     return ApiClient().sanitize_for_serialization(operator.build_pod_request_obj(dry_run=True))
 
 
-def exit_code(remote_pod) -> int | None:
+def exit_code(remote_pod, container: str) -> int | None:
     """The stage container's exit code in a finished pod (None when it never ran)."""
     statuses = (remote_pod.status.container_statuses or []) if remote_pod and remote_pod.status else []
     for status in statuses:
-        if status.name == CONTAINER and status.state and status.state.terminated:
+        if status.name == container and status.state and status.state.terminated:
             return status.state.terminated.exit_code
     return None
 
@@ -144,7 +88,7 @@ def run(operator, context: Mapping[str, Any]) -> int:
         operator.execute(context)
         return 0
     except Exception:
-        code = exit_code(operator.remote_pod)
+        code = exit_code(operator.remote_pod, operator.base_container_name)
         if not code:  # the pod never ran the stage (API error, start-up timeout): Airflow's retries apply
             raise
         return code
@@ -179,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, overrides = p.parse_args(argv[:split]), argv[split + 1:]
     try:
         plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
-        placement = plan["placement"][args.stage]
+        placement, pod = plan["placement"][args.stage], plan["pods"][args.stage]
     except (OSError, ValueError) as err:
         print(f"pods.py: error: --plan {args.plan}: {err}", file=sys.stderr)
         return 2
@@ -190,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("pods.py: error: run needs --kubeconfig", file=sys.stderr)
         return 2
     with _stdout_to_stderr():  # Airflow logs to stdout; stdout is the pod's JSON
-        operator = stage_pod(placement, plan_argv(plan, args.stage, overrides), get_logs=not args.no_logs,
+        operator = stage_pod(pod, placement, plan_argv(plan, args.stage, overrides), get_logs=not args.no_logs,
                              kubeconfig=args.kubeconfig, context=args.context, conn_id=None)
         if args.action == "run":
             return run(operator, _standalone_context(args.stage))

@@ -113,7 +113,7 @@ def _plan(form: Form, dag_id: str, name: str, seed: int) -> dict:
     args = arguments(form.experiment, run_dir=run_dir, seed=seed, stages=None, overrides=form.overrides,
                      tracking_uri=tracking_uri)
     return {"executor": form.executor, "run_dir": run_dir, "stages": stages, "promote": form.promote,
-            "slots": slots, "placement": doc["placement"], "args": args}
+            "slots": slots, "placement": doc["placement"], "pods": doc["pods"], "args": args}
 
 
 def _check_executor(executor: str, doc: Mapping[str, Any]) -> None:
@@ -172,7 +172,8 @@ def _call(name: str, run: Mapping[str, Any], in_pod: bool) -> None:
     if in_pod:
         from parathink_airflow import pods
 
-        code = pods.run(pods.stage_pod(placement, argv, task_id=f"{name}-pod"), get_current_context())
+        code = pods.run(pods.stage_pod(run["pods"][name], placement, argv, task_id=f"{name}-pod"),
+                        get_current_context())
         detail = "the pod's log above has the details" if code else ""
     else:
         done = _local(argv)

@@ -38,6 +38,9 @@ class SecretRef:
     env: str
     secret: str
     key: str
+    # optional: the pod starts without the variable when the Secret is absent. Static S3 keys are optional so that a
+    # cluster with workload identity (IRSA, GKE Workload Identity) needs no Secret: boto prefers the variables when set.
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Placement:
     startup_timeout_s: int
     gpu_resource: str = "nvidia.com/gpu"
     trainer_runtime: str = "torch-distributed"
+    run_as_user: int = 1000  # the image's non-root uid (images/trainer: USER 1000); pods run as it, never as root
     procs_per_node: int = field(init=False)
 
     def __post_init__(self):
@@ -134,11 +138,14 @@ def _secrets(value: Any, where: str) -> list[SecretRef]:
         w = f"{where}.{env}"
         if not ENV_NAME.match(str(env)):
             raise ConfigError(f"{w}: not a valid environment variable name")
-        if not isinstance(ref, Mapping) or set(ref) != {"secret", "key"}:
-            raise ConfigError(f"{w}: must be {{secret: NAME, key: KEY}}, got {ref!r}")
+        if not isinstance(ref, Mapping) or not {"secret", "key"} <= set(ref) <= {"secret", "key", "optional"}:
+            raise ConfigError(f"{w}: must be {{secret: NAME, key: KEY[, optional: true]}}, got {ref!r}")
+        if not isinstance(ref.get("optional", False), bool):
+            raise ConfigError(f"{w}.optional: must be true or false, got {ref['optional']!r}")
         if not DNS_NAME.match(str(ref["secret"])):
             raise ConfigError(f"{w}.secret: {ref['secret']!r} is not a valid Secret name")
-        out.append(SecretRef(env=str(env), secret=str(ref["secret"]), key=str(ref["key"])))
+        out.append(SecretRef(env=str(env), secret=str(ref["secret"]), key=str(ref["key"]),
+                             optional=ref.get("optional", False)))
     return out
 
 
@@ -220,6 +227,7 @@ def placement(cfg, stage: str) -> Placement:
         startup_timeout_s=_count(_get(p, "startup_timeout_s", w), f"{w}.startup_timeout_s", 1),
         gpu_resource=str(p.get("gpu_resource", "nvidia.com/gpu")),
         trainer_runtime=str(p.get("trainer_runtime", "torch-distributed")),
+        run_as_user=_count(p.get("run_as_user", 1000), f"{w}.run_as_user", 1),
     )
 
 

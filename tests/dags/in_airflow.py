@@ -90,7 +90,7 @@ def pods(plan_files: list[str]) -> dict:
         plan = json.loads(Path(plan_file).read_text())
         out[Path(plan_file).stem] = mine = {}
         for stage, placement in plan["placement"].items():
-            op = stage_pods.stage_pod(placement, stage_pods.plan_argv(plan, stage, []))
+            op = stage_pods.stage_pod(plan["pods"][stage], placement, stage_pods.plan_argv(plan, stage, []))
             mine[stage] = {"request": stage_pods.pod_request(op), "operator": {
                 "on_finish_action": op.on_finish_action.value, "startup_timeout_seconds": op.startup_timeout_seconds,
                 "get_logs": op.get_logs, "log_pod_spec_on_failure": op.log_pod_spec_on_failure}}

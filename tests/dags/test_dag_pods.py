@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 
 from dag_helpers import DAGS, ROOT, airflow_env, in_airflow
+from pod_security import violations
 from parathink.config import compose
 from parathink.stages.runner import plan_document
 
@@ -41,6 +42,7 @@ def pods(airflow_python, plans, tmp_path_factory):
     for plan in got.values():
         for stage in plan.values():
             kubernetes_validate.validate(stage["request"], K8S_VERSION, strict=True)
+            assert violations(stage["request"]["spec"]) == []  # Pod Security "restricted"
     return got
 
 
@@ -65,12 +67,25 @@ def test_a_gpu_stage_pod_asks_for_the_gpu_pool(pods):
     assert container["args"] == ["stage", "sft", *ARGS[:2], "seed=0", ARGS[2]]
 
 
+def test_the_pod_is_the_one_plan_rendered_plus_the_command_and_airflows_labels(pods, plans):
+    """The operator adds the command, its own labels and a name suffix to parathink.podspec's Pod, nothing else."""
+    rendered = json.loads(plans["gpu"].read_text())["pods"]["sft"]
+    request = pods["gpu"]["sft"]["request"]
+    (container,), (mine,) = request["spec"]["containers"], rendered["spec"]["containers"]
+    assert {k: container[k] for k in mine} == mine and container["name"] == "main"
+    for key in ("securityContext", "volumes", "nodeSelector", "tolerations", "serviceAccountName"):
+        assert request["spec"][key] == rendered["spec"][key], key
+    assert rendered["metadata"]["labels"].items() <= request["metadata"]["labels"].items()
+
+
 def test_credentials_come_from_secrets_by_reference_only(pods):
     env = {e["name"]: e for e in pods["gpu"]["sft"]["request"]["spec"]["containers"][0]["env"]}
     assert env["MLFLOW_TRACKING_URI"] == {"name": "MLFLOW_TRACKING_URI", "value": "http://parathink-mlflow:5000"}
-    for name, secret in [("AWS_ACCESS_KEY_ID", "parathink-s3"), ("AWS_SECRET_ACCESS_KEY", "parathink-s3"),
-                         ("MLFLOW_TRACKING_TOKEN", "parathink-mlflow")]:
-        assert env[name] == {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}}
+    for name, secret, optional in [("AWS_ACCESS_KEY_ID", "parathink-s3", True),
+                                   ("AWS_SECRET_ACCESS_KEY", "parathink-s3", True),
+                                   ("MLFLOW_TRACKING_TOKEN", "parathink-mlflow", False)]:
+        ref = {"name": secret, "key": name, **({"optional": True} if optional else {})}
+        assert env[name] == {"name": name, "valueFrom": {"secretKeyRef": ref}}
 
 
 def test_cpu_stages_and_promote_stay_off_the_gpu_pool(pods):

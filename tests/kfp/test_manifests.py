@@ -12,6 +12,9 @@ import pytest
 import yaml
 from kfp_helpers import SEEN, SFT_2_NODES, plan_json, task_name
 
+from pod_security import violations
+
+from parathink import podspec
 from parathink.kfp.plan import make_plan, objects, stage_objects
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()
@@ -56,7 +59,8 @@ def test_multi_node_stage_is_a_valid_trainjob_with_the_pool_placement():
     assert trainer["resourcesPerNode"]["limits"] == {**p["resources"], "nvidia.com/gpu": str(p["gpus_per_node"])}
     assert trainer["command"][:5] == ["torchrun", "-m", "parathink.cli", "stage", "sft"]
     assert {"name": "AWS_ACCESS_KEY_ID",
-            "valueFrom": {"secretKeyRef": {"name": "parathink-s3", "key": "AWS_ACCESS_KEY_ID"}}} in trainer["env"]
+            "valueFrom": {"secretKeyRef": {"name": "parathink-s3", "key": "AWS_ACCESS_KEY_ID", "optional": True}}} \
+        in trainer["env"]
     (patch,) = trainjob["spec"]["runtimePatches"]
     (job,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     pod = job["template"]["spec"]["template"]["spec"]
@@ -65,7 +69,9 @@ def test_multi_node_stage_is_a_valid_trainjob_with_the_pool_placement():
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": p["shm_size"]}} in pod["volumes"]
     assert {"name": "runs", "persistentVolumeClaim": {"claimName": "parathink-runs"}} in pod["volumes"]
     assert pod["containers"] == [{"name": "node", "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
-                                                                   {"name": "runs", "mountPath": "/runs"}]}]
+                                                                   {"name": "runs", "mountPath": "/runs"}],
+                                  "securityContext": podspec.CONTAINER_SECURITY}]
+    assert pod["securityContext"]["runAsNonRoot"] is True and violations(pod) == []  # Pod Security "restricted"
 
 
 @pytest.mark.parametrize("breakage", ["numNodes", "runtimeRef", "manager"])

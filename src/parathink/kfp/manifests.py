@@ -14,11 +14,12 @@ its rendezvous through ``PET_*`` variables, so the command is plain ``torchrun -
 
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Any
 
+from parathink import podspec
 from parathink.cluster import Placement
+from parathink.podspec import k8s_name
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINER_API = f"{TRAINER_GROUP}/v1alpha1"
@@ -26,67 +27,11 @@ TRAINER_API = f"{TRAINER_GROUP}/v1alpha1"
 NODE = "node"
 # Owner of our runtimePatches entry (entries are keyed by manager, so Kueue or a webhook can add their own).
 PATCH_MANAGER = "parathink.io/kfp"
-STAGE_LABEL = "parathink.io/stage"
-SHM_VOLUME, RUNS_VOLUME = "dshm", "runs"
-
-
-def k8s_name(text: str) -> str:
-    """``rl_easy`` -> ``rl-easy``: stage names as DNS labels (Pod and TrainJob names allow no underscore)."""
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
 
 def stage_command(stage: str, run_dir: str, overrides: list[str]) -> list[str]:
     """The one call every orchestrator makes (docs/orchestration.md), as an argv: no shell, no quoting."""
     return ["parathink", "stage", stage, f"run_dir={run_dir}", *overrides]
-
-
-def env(p: Placement) -> list[dict[str, Any]]:
-    """Plain variables, then variables from Secrets (only the Secret's name and key appear, never a value)."""
-    plain = [{"name": k, "value": v} for k, v in p.env.items()]
-    from_secrets = [{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
-                    for s in p.secrets]
-    return plain + from_secrets
-
-
-def volumes(p: Placement) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts): a memory-backed /dev/shm of ``shm_size`` (NCCL, DataLoader workers) and the PVC, if any."""
-    vols = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": p.shm_size}}]
-    mounts = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
-    if p.volume:
-        vols.append({"name": RUNS_VOLUME, "persistentVolumeClaim": {"claimName": p.volume["claim"]}})
-        mounts.append({"name": RUNS_VOLUME, "mountPath": p.volume["mount_path"]})
-    return vols, mounts
-
-
-def resources(p: Placement) -> dict[str, dict[str, str]]:
-    """Requests equal to limits (Guaranteed QoS), the GPUs included on the GPU pool."""
-    amounts = dict(p.resources)
-    if p.gpu:
-        amounts[p.gpu_resource] = str(p.gpus_per_node)
-    return {"requests": amounts, "limits": dict(amounts)}
-
-
-def _scheduling(p: Placement) -> dict[str, Any]:
-    spec: dict[str, Any] = {"serviceAccountName": p.service_account}
-    if p.node_selector:
-        spec["nodeSelector"] = dict(p.node_selector)
-    if p.tolerations:
-        spec["tolerations"] = [dict(t) for t in p.tolerations]
-    return spec
-
-
-def pod_manifest(p: Placement, command: list[str], name: str | None = None) -> dict[str, Any]:
-    """The Pod that runs ``command`` under placement ``p`` (what a KFP task of a one-node stage asks for)."""
-    vols, mounts = volumes(p)
-    container = {"name": "main", "image": p.image, "imagePullPolicy": p.image_pull_policy, "command": command,
-                 "env": env(p), "resources": resources(p), "volumeMounts": mounts}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name or f"parathink-{k8s_name(p.stage)}", "namespace": p.namespace,
-                     "labels": {STAGE_LABEL: k8s_name(p.stage)}},
-        "spec": {**_scheduling(p), "restartPolicy": "Never", "containers": [container], "volumes": vols},
-    }
 
 
 def trainjob_name(stage: str) -> str:
@@ -97,12 +42,15 @@ def trainjob_name(stage: str) -> str:
 def trainjob_manifest(p: Placement, command: list[str], name: str, owner: dict | None = None) -> dict[str, Any]:
     """The TrainJob that runs ``command`` (``parathink stage NAME ...``) under torchrun on ``p.nodes`` nodes;
     ``owner`` (an ownerReference to the launcher's Pod) makes Kubernetes delete it with that Pod."""
-    vols, mounts = volumes(p)
-    pod_patch = {"metadata": {"labels": {STAGE_LABEL: k8s_name(p.stage)}},
-                 "spec": {**_scheduling(p), "volumes": vols, "containers": [{"name": NODE, "volumeMounts": mounts}]}}
+    # The runtime's pod, patched with the stage's: the container keeps the runtime's name and gets the mounts and the
+    # restricted security context; the pod gets the pool, the service account, the volumes and the pod security.
+    node = podspec.container(p, name=NODE)
+    pod_patch = {"metadata": {"labels": podspec.labels(p)},
+                 "spec": podspec.pod_spec(p, [{k: node[k] for k in ("name", "volumeMounts", "securityContext")}])}
+    del pod_patch["spec"]["restartPolicy"]  # the runtime's JobSet decides restarts (torchrun's elastic agent)
     if command[:1] != ["parathink"]:
         raise ValueError(f"a TrainJob runs `parathink ...` under torchrun, got {command[:2]}")
-    metadata = {"name": name, "namespace": p.namespace, "labels": {STAGE_LABEL: k8s_name(p.stage)}}
+    metadata = {"name": name, "namespace": p.namespace, "labels": podspec.labels(p)}
     if owner:
         metadata["ownerReferences"] = [owner]
     return {
@@ -115,10 +63,10 @@ def trainjob_manifest(p: Placement, command: list[str], name: str, owner: dict |
                 "image": p.image,
                 # `python -m parathink.cli` is the `parathink` command; torchrun starts procs_per_node of it per node.
                 "command": ["torchrun", "-m", "parathink.cli", *command[1:]],
-                "env": env(p),
+                "env": node["env"],
                 "numNodes": p.nodes,
                 "numProcPerNode": p.procs_per_node,
-                "resourcesPerNode": resources(p),
+                "resourcesPerNode": node["resources"],
             },
             "runtimePatches": [{
                 "manager": PATCH_MANAGER,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kfp import compiler, dsl
 
+from parathink import podspec
 from parathink.kfp.components import stage_component
 from parathink.kfp.plan import Plan
 from parathink.kfp.tasks import place
@@ -35,7 +36,7 @@ def build(plan: Plan):
             task = stage_component(stage)(stage=stage, run_dir=previous, overrides=plan.overrides,
                                           trainjob=p.nodes > 1, retries=p.retries,
                                           retry_backoff_s=p.retry_backoff_s)
-            place(task, plan.task_placement(stage))
+            place(task, podspec.pod(plan.task_placement(stage)), display_name=stage)
             previous = task.output
         return previous
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from parathink import cluster
+from parathink import cluster, podspec
 from parathink.cluster import Placement
 from parathink.kfp import manifests
 from parathink.errors import ConfigError
@@ -95,9 +95,9 @@ def objects(plan: Plan, stage: str, owner: dict | None = None) -> list[dict]:
     p = plan.placements[stage]
     command = manifests.stage_command(stage, plan.run_dir, plan.overrides)
     if p.nodes == 1:
-        return [manifests.pod_manifest(p, command)]
+        return [podspec.pod(p, command)]
     launcher = ["parathink", "kfp", "trainjob", *command[2:]]
-    return [manifests.pod_manifest(plan.task_placement(stage), launcher),
+    return [podspec.pod(plan.task_placement(stage), launcher),
             manifests.trainjob_manifest(p, command, manifests.trainjob_name(stage), owner)]
 
 

@@ -1,62 +1,110 @@
-"""A stage's placement applied to its KFP task: the image, resources and GPUs through the KFP SDK, the rest through
-kfp-kubernetes (node selector, tolerations, /dev/shm, Secrets as env, the PVC, the image pull policy).
+"""A stage's Pod (:func:`parathink.podspec.pod`, the one rendering of a placement) applied to its KFP task: the image
+and resources through the KFP SDK, the rest through kfp-kubernetes.
 
-What KFP cannot express is named here rather than dropped silently: the namespace and service account are per run
-(``kfp.Client`` sets them at submit time, :mod:`parathink.kfp.submit`); ``startup_timeout_s`` has no per-task
-counterpart in KFP v2 (``kubernetes.set_timeout`` bounds the whole task, and a GPU stage may train for days).
+KFP builds the pod itself, so the Pod is translated field by field; a field this module does not know fails the
+compile (``PodNotExpressible``) instead of being dropped. What KFP sets elsewhere, said here once:
+
+- ``metadata.name`` (KFP names its pods), ``namespace`` and ``serviceAccountName`` (per run: ``kfp.Client`` sets them
+  at submit time, :mod:`parathink.kfp.submit`), ``restartPolicy`` (KFP's pods never restart; retries are ours);
+- the security context: kfp-kubernetes sets the pod's user, group and ``runAsNonRoot``; KFP's compiler and backend
+  add ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]`` and the RuntimeDefault seccomp profile to
+  every task container (kfp-kubernetes' ``set_security_context``), which is what the Pod asks for; ``fsGroup`` has
+  no KFP counterpart (the KFP deployment's own default decides a PVC's group);
+- ``startup_timeout_s`` has no per-task counterpart in KFP v2 (``kubernetes.set_timeout`` bounds the whole task,
+  and a GPU stage may train for days).
 """
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
-from parathink.cluster import Placement
-from parathink.kfp.manifests import SHM_VOLUME, STAGE_LABEL, k8s_name
+from parathink import podspec
+
+SET_BY_KFP = {"name", "command"}  # container fields KFP fills in itself (its launcher runs our component)
+SPEC_BY_RUN = {"serviceAccountName", "restartPolicy"}  # per run or KFP's own (module docstring)
 
 
-def _resources(task: PipelineTask, p: Placement) -> None:
-    # Requests equal limits (Guaranteed QoS), as in the pods of parathink.kfp.manifests.
-    if "cpu" in p.resources:
-        task.set_cpu_request(p.resources["cpu"]).set_cpu_limit(p.resources["cpu"])
-    if "memory" in p.resources:
-        task.set_memory_request(p.resources["memory"]).set_memory_limit(p.resources["memory"])
-    if p.gpu:
-        task.set_accelerator_type(p.gpu_resource).set_accelerator_limit(p.gpus_per_node)
+class PodNotExpressible(ValueError):
+    """A field of the rendered Pod that KFP cannot carry: the renderer and this translation disagree."""
 
 
-def _pool(task: PipelineTask, p: Placement) -> None:
-    for key, value in p.node_selector.items():
+def _check(fields: Mapping[str, Any], known: set[str], where: str) -> None:
+    unknown = set(fields) - known
+    if unknown:
+        raise PodNotExpressible(f"{where}: {sorted(unknown)} has no KFP counterpart in parathink.kfp.tasks")
+
+
+def _resources(task: PipelineTask, resources: Mapping[str, Mapping[str, str]]) -> None:
+    # Requests equal limits in the Pod (Guaranteed QoS); any resource but cpu and memory is the accelerator.
+    limits = dict(resources["limits"])
+    if "cpu" in limits:
+        task.set_cpu_request(limits.pop("cpu")).set_cpu_limit(resources["limits"]["cpu"])
+    if "memory" in limits:
+        task.set_memory_request(limits.pop("memory")).set_memory_limit(resources["limits"]["memory"])
+    for accelerator, count in limits.items():
+        task.set_accelerator_type(accelerator).set_accelerator_limit(int(count))
+
+
+def _pool(task: PipelineTask, spec: Mapping[str, Any]) -> None:
+    for key, value in (spec.get("nodeSelector") or {}).items():
         kubernetes.add_node_selector(task, label_key=key, label_value=value)
-    for t in p.tolerations:
+    for t in spec.get("tolerations") or []:
         kubernetes.add_toleration(task, key=t.get("key"), operator=t.get("operator"), value=t.get("value"),
                                   effect=t.get("effect") or None, toleration_seconds=t.get("tolerationSeconds"))
 
 
-def _environment(task: PipelineTask, p: Placement) -> None:
-    for name, value in p.env.items():
-        task.set_env_variable(name, value)
-    for s in p.secrets:
-        kubernetes.use_secret_as_env(task, secret_name=s.secret, secret_key_to_env={s.key: s.env})
+def _environment(task: PipelineTask, env: list[Mapping[str, Any]]) -> None:
+    for var in env:
+        if "valueFrom" in var:
+            ref = var["valueFrom"]["secretKeyRef"]
+            kubernetes.use_secret_as_env(task, secret_name=ref["name"], secret_key_to_env={ref["key"]: var["name"]},
+                                         optional=ref.get("optional", False))
+        else:
+            task.set_env_variable(var["name"], var["value"])
 
 
-def _storage(task: PipelineTask, p: Placement) -> None:
-    kubernetes.empty_dir_mount(task, volume_name=SHM_VOLUME, mount_path="/dev/shm", medium="Memory",
-                               size_limit=p.shm_size)
-    if p.volume:
-        kubernetes.mount_pvc(task, pvc_name=p.volume["claim"], mount_path=p.volume["mount_path"])
+def _storage(task: PipelineTask, volumes: list[Mapping[str, Any]], mounts: list[Mapping[str, Any]]) -> None:
+    where = {m["name"]: m["mountPath"] for m in mounts}
+    for v in volumes:
+        if "emptyDir" in v:
+            kubernetes.empty_dir_mount(task, volume_name=v["name"], mount_path=where[v["name"]],
+                                       medium=v["emptyDir"].get("medium"), size_limit=v["emptyDir"].get("sizeLimit"))
+        elif "persistentVolumeClaim" in v:
+            kubernetes.mount_pvc(task, pvc_name=v["persistentVolumeClaim"]["claimName"], mount_path=where[v["name"]])
+        else:
+            raise PodNotExpressible(f"volume {v['name']}: only emptyDir and PVC volumes are translated")
 
 
-def place(task: PipelineTask, p: Placement) -> PipelineTask:
-    """Put ``task`` where ``p`` says; caching off (the run directory's manifests decide what is up to date)."""
-    task.set_display_name(p.stage)
-    task.set_container_image(p.image)
-    kubernetes.set_image_pull_policy(task, p.image_pull_policy)
-    kubernetes.add_pod_label(task, label_key=STAGE_LABEL, label_value=k8s_name(p.stage))
-    _resources(task, p)
-    _pool(task, p)
-    _environment(task, p)
-    _storage(task, p)
+def _security(task: PipelineTask, pod_security: Mapping[str, Any], container_security: Mapping[str, Any]) -> None:
+    if container_security != podspec.CONTAINER_SECURITY:  # KFP's compiler sets exactly these (module docstring)
+        raise PodNotExpressible(f"container securityContext {dict(container_security)} differs from what KFP sets")
+    kubernetes.set_security_context(task, run_as_user=pod_security["runAsUser"],
+                                    run_as_group=pod_security["runAsGroup"],
+                                    run_as_non_root=pod_security["runAsNonRoot"])
+
+
+def place(task: PipelineTask, pod: Mapping[str, Any], display_name: str) -> PipelineTask:
+    """Put ``task`` where the rendered ``pod`` says; caching off (the run directory's manifests decide what is
+    up to date)."""
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    _check(pod["metadata"], {"name", "namespace", "labels"}, "metadata")
+    _check(spec, {"containers", "volumes", "nodeSelector", "tolerations", "securityContext"} | SPEC_BY_RUN, "spec")
+    _check(container, {"image", "imagePullPolicy", "env", "resources", "volumeMounts", "securityContext"}
+           | SET_BY_KFP, "container")
+    task.set_display_name(display_name)
+    task.set_container_image(container["image"])
+    kubernetes.set_image_pull_policy(task, container["imagePullPolicy"])
+    for key, value in pod["metadata"].get("labels", {}).items():
+        kubernetes.add_pod_label(task, label_key=key, label_value=value)
+    _resources(task, container["resources"])
+    _pool(task, spec)
+    _environment(task, container.get("env") or [])
+    _storage(task, spec.get("volumes") or [], container.get("volumeMounts") or [])
+    _security(task, spec["securityContext"], container["securityContext"])
     # KFP keys its cache on parameter strings, not on the data behind run_dir: a rerun would be a stale hit.
     task.set_caching_options(enable_caching=False)
     return task

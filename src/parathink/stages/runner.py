@@ -467,7 +467,7 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
     The config is validated exactly as ``parathink run`` validates it, so a bad override fails here, in seconds,
     with the same one-line error (docs/orchestration.md).
     """
-    from parathink import cluster
+    from parathink import cluster, podspec
 
     validate(cfg, names)
     names = [n for n in names if cfg[n].get("enabled", True)]
@@ -481,6 +481,8 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
         "cluster": {"name": str(cfg.cluster.name), "accelerator": str(cfg.cluster.accelerator),
                     "runs_root": str(cfg.cluster.runs_root)},
         "placement": {n: p.to_dict() for n, p in placements.items()},
+        # Each stage's Pod without its command (the orchestrator adds it): Airflow's pod template (parathink.podspec).
+        "pods": {n: podspec.pod(p) for n, p in placements.items()},
         "tracking": {k: (redact_text(str(t.get(k))) if t.get(k) is not None else None)
                      for k in ("backend", "uri", "experiment", "registered_model")},
     }

@@ -1,0 +1,51 @@
+"""parathink.kfp.tasks: the rendered Pod (parathink.podspec) carried onto each KFP task, and refused where KFP has no
+counterpart for one of its fields (rather than dropped)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from kfp import dsl
+from kfp_helpers import SEEN, task_name
+
+from parathink import cluster, podspec
+from parathink.config import compose
+from parathink.kfp.tasks import PodNotExpressible, place
+
+
+def test_every_task_runs_as_the_pods_non_root_user_with_its_labels(compile_pipeline):
+    compiled = compile_pipeline(*SEEN)
+    for stage in ("teacher", "filter", "sft", "eval"):
+        k8s = compiled.kubernetes(task_name(stage))
+        # KFP's compiler adds no privilege escalation, drop ALL and RuntimeDefault to every task container itself.
+        assert k8s["securityContext"] == {"runAsUser": "1000", "runAsGroup": "1000", "runAsNonRoot": True}
+        assert k8s["podMetadata"]["labels"] == {"app.kubernetes.io/name": "parathink",
+                                                "app.kubernetes.io/component": "stage",
+                                                "parathink.io/stage": podspec.k8s_name(stage)}
+
+
+@pytest.mark.parametrize("change", ["hostPath volume", "container field", "container securityContext", "spec field"])
+def test_a_pod_field_kfp_cannot_carry_fails_the_compile(change):
+    pod = podspec.pod(cluster.placement(compose(SEEN), "sft"))
+    broken = copy.deepcopy(pod)
+    spec, (container,) = broken["spec"], broken["spec"]["containers"]
+    if change == "hostPath volume":
+        spec["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+        container["volumeMounts"].append({"name": "host", "mountPath": "/host"})
+    elif change == "container field":
+        container["ports"] = [{"containerPort": 80}]
+    elif change == "container securityContext":
+        container["securityContext"] = {"privileged": True}
+    else:
+        spec["hostNetwork"] = True
+
+    @dsl.component(base_image="python:3.11", install_kfp_package=False)
+    def noop():
+        pass
+
+    @dsl.pipeline(name="p")
+    def p():
+        with pytest.raises(PodNotExpressible):
+            place(noop(), broken, "sft")
+        place(noop(), pod, "sft")  # the Pod as rendered goes through

@@ -1,0 +1,68 @@
+"""parathink.podspec: the one rendering of a placement as a Pod, for every stage of every experiment: valid for a
+current Kubernetes release, compliant with Pod Security "restricted", and what `parathink plan` hands Airflow."""
+
+import copy
+import json
+
+import kubernetes_validate
+import pytest
+from pod_security import violations
+
+from parathink import cli, cluster, podspec
+from parathink.config import compose
+from parathink.errors import ConfigError
+
+K8S_VERSION = kubernetes_validate.latest_version()
+EXPERIMENTS = ["tiny", "parallel_r1_seen", "npr", "parathinker"]
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_stage_pod_is_valid_and_restricted(experiment):
+    cfg = compose([f"experiment={experiment}", "+cluster.stage_overrides.sft.nodes=1"])
+    for stage, p in cluster.plan(cfg, [*cfg.stages, "promote"]).items():
+        pod = podspec.pod(p, ["parathink", "stage", stage])
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+        assert violations(pod["spec"]) == [], (experiment, stage)
+        assert pod["metadata"]["labels"] == {"app.kubernetes.io/name": "parathink",
+                                             "app.kubernetes.io/component": "stage",
+                                             "parathink.io/stage": podspec.k8s_name(stage)}
+
+
+def test_the_restricted_check_rejects_the_pods_rendered_before_the_security_context():
+    """The pods of the three former renderings had no securityContext at all: the check names what they lacked."""
+    pod = podspec.pod(cluster.placement(compose(["experiment=parallel_r1_seen"]), "sft"), ["parathink"])
+    before = copy.deepcopy(pod["spec"])
+    del before["securityContext"], before["containers"][0]["securityContext"]
+    assert violations(before) == ["container main: allowPrivilegeEscalation is not false",
+                                  "container main: capabilities.drop lacks ALL",
+                                  "container main: runAsNonRoot is not true (pod or container)",
+                                  "container main: seccompProfile is None, not RuntimeDefault or Localhost"]
+    root = copy.deepcopy(pod["spec"])
+    root["securityContext"]["runAsUser"] = 0
+    assert violations(root) == ["spec.securityContext.runAsUser=0"]
+
+
+def test_the_pod_runs_as_the_profiles_non_root_user_and_root_is_refused():
+    pod = podspec.pod(cluster.placement(compose(["cluster.run_as_user=2000"]), "sft"))
+    assert pod["spec"]["securityContext"] == {"runAsNonRoot": True, "runAsUser": 2000, "runAsGroup": 2000,
+                                              "fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert "command" not in pod["spec"]["containers"][0]  # the orchestrator adds it
+    with pytest.raises(ConfigError, match=r"cluster.run_as_user: must be an integer >= 1, got 0"):
+        cluster.placement(compose(["cluster.run_as_user=0"]), "sft")
+
+
+def test_static_s3_keys_are_optional_so_workload_identity_can_stand_in():
+    env = podspec.env(cluster.placement(compose(["experiment=parallel_r1_seen"]), "sft"))
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e}
+    assert refs["AWS_ACCESS_KEY_ID"] == {"name": "parathink-s3", "key": "AWS_ACCESS_KEY_ID", "optional": True}
+    assert refs["AWS_SECRET_ACCESS_KEY"]["optional"] is True
+    with pytest.raises(ConfigError, match=r"cluster.secrets.X.optional: must be true or false, got 'yes'"):
+        cluster.placement(compose(["+cluster.secrets.X={secret: s, key: k, optional: 'yes'}"]), "sft")
+
+
+def test_plan_prints_each_stages_pod_for_the_orchestrators(capsys):
+    code = cli.main(["plan", "experiment=parallel_r1_seen", "stages=[filter,sft]"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and set(doc["pods"]) == {"filter", "sft"}
+    cfg = compose(["experiment=parallel_r1_seen"])
+    assert doc["pods"]["sft"] == podspec.pod(cluster.placement(cfg, "sft"))
