@@ -4,7 +4,10 @@
     parathink stage NAME [overrides...]     one curriculum stage (what Airflow and Kubeflow call)
     parathink run [overrides...]            the curriculum's stages in order
     parathink demo                          the tiny curriculum and its table
-    parathink plan [overrides...]           validate, then print the stages and their placement as JSON
+    parathink plan [overrides...] [--form OVERRIDE...]
+                                            validate, then print the stages, their placement and pods as JSON;
+                                            what follows --form came from a trigger form: limited to
+                                            hydra_conf/form_allowlist.yaml (parathink.form_policy)
     parathink unlock RUN_DIR STAGE...       break the lock of a stage whose process is gone
     parathink promote ... / compare RUN_A RUN_B [RUN...]
     parathink report RUN_DIR                the run's report.md (stages, gates, results, Figure 3)
@@ -80,6 +83,26 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``parathink plan``; the overrides after ``--form`` came from an Airflow trigger form and are held to the
+    allowlist before anything is composed or imported (the DAG's first task runs this on the worker)."""
+    from parathink.errors import ConfigError
+    from parathink.stages.runner import main_plan
+
+    overrides = list(args.overrides)
+    if "--form" in overrides:
+        from parathink import form_policy
+
+        split = overrides.index("--form")
+        trusted, form = overrides[:split], overrides[split + 1:]
+        try:
+            form_policy.check(trusted, form, form_policy.load())
+        except ConfigError as e:
+            return _fail(str(e), e.exit_code)
+        overrides = [*trusted, *form]
+    return main_plan(overrides)
+
+
 def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     """A subcommand implemented elsewhere, imported only when it runs."""
 
@@ -114,11 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("stages", nargs="+", metavar="STAGE")
     u.set_defaults(func=cmd_unlock)
 
+    pl = sub.add_parser("plan", help="validate the config and print each stage's placement and pod (JSON): what "
+                                     "orchestrators read; overrides after --form are held to the form's allowlist")
+    pl.add_argument("overrides", nargs=argparse.REMAINDER)
+    pl.set_defaults(func=cmd_plan)
+
     for name, module, func, help_ in [
         ("run", "parathink.stages.runner", "main_run", "run the curriculum's stages in order"),
         ("demo", "parathink.stages.runner", "main_demo", "run the tiny curriculum and print its table"),
-        ("plan", "parathink.stages.runner", "main_plan",
-         "validate the config and print each stage's placement (JSON): what orchestrators read"),
         ("promote", "parathink.tracking.registry", "main_promote", "move the champion alias if the candidate wins"),
         ("compare", "parathink.tracking.compare", "main_compare", "print runs' tables side by side (two or more)"),
         ("report", "parathink.report", "main", "(re)write a run directory's report.md from what it published"),
