@@ -17,7 +17,8 @@ def test_gpu_profile_places_gpu_stages_on_the_pool_and_the_rest_on_cpu():
     assert sft.node_selector == {"parathink.io/pool": "gpu"}
     assert sft.tolerations == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert sft.resources == {"cpu": "32", "memory": "256Gi"} and sft.shm_size == "64Gi"
-    assert {s.env for s in sft.secrets} == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_TOKEN"}
+    assert {s.env for s in sft.secrets} == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_USERNAME",
+                                            "MLFLOW_TRACKING_PASSWORD"}
     assert not filt.gpu and filt.gpus_per_node == 0 and filt.node_selector == {} and filt.tolerations == []
     assert filt.resources == {"cpu": "2", "memory": "8Gi"}
 
@@ -66,3 +67,22 @@ def test_plan_refuses_bad_config_in_one_line(capsys, args, message):
     assert cli.main(["plan", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("run_dir, runs_root, volume, expected", [
+    ("runs/parallel_r1_seen", "s3://parathink/runs", None, "s3://parathink/runs/parallel_r1_seen"),
+    ("exp/a", "s3://b/r/", None, "s3://b/r/exp/a"),
+    ("s3://other/x", "s3://b/r", None, "s3://other/x"),
+    ("runs/a", "/runs", {"claim": "c", "mount_path": "/runs"}, "/runs/a"),
+    ("/runs/a", "runs", {"claim": "c", "mount_path": "/runs"}, "/runs/a"),
+    ("runs/tiny", "runs", None, None),  # the local profile: a folder on this machine
+    ("/tmp/a", "s3://b/r", None, None),  # absolute, on no volume
+    ("/runsx/a", "runs", {"claim": "c", "mount_path": "/runs"}, None),
+])
+def test_one_rule_for_where_pods_find_the_run_directory(run_dir, runs_root, volume, expected):
+    assert cluster.pod_run_dir(run_dir, runs_root, volume) == expected
+
+
+def test_a_relative_run_dir_that_leaves_runs_root_is_refused():
+    with pytest.raises(ConfigError, match=r"run_dir: '../x' does not name a folder under cluster.runs_root"):
+        cluster.pod_run_dir("../x", "s3://b/r", None)

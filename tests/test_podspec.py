@@ -23,9 +23,10 @@ def test_every_stage_pod_is_valid_and_restricted(experiment):
         pod = podspec.pod(p, ["parathink", "stage", stage])
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
         assert violations(pod["spec"]) == [], (experiment, stage)
+        hub = {"parathink.io/hub": "true"} if stage in cfg.cluster.hub_stages else {}
         assert pod["metadata"]["labels"] == {"app.kubernetes.io/name": "parathink",
                                              "app.kubernetes.io/component": "stage",
-                                             "parathink.io/stage": podspec.k8s_name(stage)}
+                                             "parathink.io/stage": podspec.k8s_name(stage), **hub}
 
 
 def test_the_restricted_check_rejects_the_pods_rendered_before_the_security_context():
@@ -49,6 +50,13 @@ def test_the_pod_runs_as_the_profiles_non_root_user_and_root_is_refused():
     assert "command" not in pod["spec"]["containers"][0]  # the orchestrator adds it
     with pytest.raises(ConfigError, match=r"cluster.run_as_user: must be an integer >= 1, got 0"):
         cluster.placement(compose(["cluster.run_as_user=0"]), "sft")
+
+
+def test_a_stage_pod_ends_at_the_profiles_timeout():
+    cfg = compose(["experiment=parallel_r1_seen", "+cluster.stage_overrides.sft.timeout_s=7200"])
+    assert podspec.pod(cluster.placement(cfg, "rl_hard"))["spec"]["activeDeadlineSeconds"] == 259200
+    assert podspec.pod(cluster.placement(cfg, "filter"))["spec"]["activeDeadlineSeconds"] == 21600
+    assert podspec.pod(cluster.placement(cfg, "sft"))["spec"]["activeDeadlineSeconds"] == 7200
 
 
 def test_static_s3_keys_are_optional_so_workload_identity_can_stand_in():

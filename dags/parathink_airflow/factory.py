@@ -18,8 +18,9 @@ from parathink_airflow.params import form
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # Retries of exit code 1 follow the cluster profile (PlacementRetryPolicy); the ceiling is Airflow's.
 STAGE_TASK = dict(trigger_rule=TriggerRule.NONE_FAILED, retries=tasks.MAX_RETRIES, retry_delay=timedelta(minutes=1),
-                  retry_policy=tasks.PlacementRetryPolicy())
+                  retry_policy=tasks.PlacementRetryPolicy(), execution_timeout=timedelta(seconds=tasks.MAX_TIMEOUT_S))
 NPR_SLOT = "rl_easy_before_teacher"
+PLAN_TIMEOUT = timedelta(minutes=10)  # composing and validating takes seconds; a hung plan must not hold a worker
 
 
 def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_kwargs):
@@ -29,7 +30,7 @@ def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_k
          params=form(promote=nightly, nightly=nightly), tags=["parathink"],
          **dag_kwargs)
     def curriculum():
-        run = task(task_id="plan", retries=0)(tasks.plan)(dated_runs=nightly)
+        run = task(task_id="plan", retries=0, execution_timeout=PLAN_TIMEOUT)(tasks.plan)(dated_runs=nightly)
         previous, stages = run, []
         for task_id, stage in SLOTS:
             label = f"{stage} (before teacher: NPR-Zero)" if task_id == NPR_SLOT else stage
@@ -37,7 +38,9 @@ def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_k
             previous >> current
             previous = current
             stages.append(current)
-        kubeflow = task(task_id="kubeflow", trigger_rule=TriggerRule.NONE_FAILED, retries=0)(tasks.kubeflow)(run)
+        # The whole pipeline's stages one after another: each bounded by the stage ceiling.
+        kubeflow = task(task_id="kubeflow", trigger_rule=TriggerRule.NONE_FAILED, retries=0,
+                        execution_timeout=timedelta(seconds=tasks.MAX_TIMEOUT_S * len(SLOTS)))(tasks.kubeflow)(run)
         promote = task(task_id="promote", **STAGE_TASK)(tasks.promote)(run)
         previous >> kubeflow
         # promote, the one leaf, waits on every stage: a failed one anywhere makes it upstream_failed, which

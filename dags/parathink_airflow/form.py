@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any, Mapping, Sequence
 
 EXECUTORS = ("local", "kubernetes", "kfp")
 # A Hydra override: key=value, with + (add a key), ++ (add or replace) or ~ (delete) before the key.
 OVERRIDE = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_.@/\-]*)=[^\n\r]*")
-OVERRIDE_PATTERN = f"^{OVERRIDE.pattern}$"  # the same rule in the form's JSON schema
+OVERRIDE_PATTERN = f"^{OVERRIDE.pattern}$"  # the same rule in the form's JSON schema (without an allowlist)
+GLOB = re.compile(r"[A-Za-z0-9_.@/*\-]+")  # a key glob of hydra_conf/form_allowlist.yaml
 # Set through their own form fields; an override of them would fight the field.
 FORM_KEYS = ("experiment", "run_dir", "seed", "stages")
 # A run directory goes into one `run_dir=...` override: no spaces, quotes, commas or brackets, which Hydra
 # would parse as syntax.
 RUN_DIR = re.compile(r"[A-Za-z0-9_.@/:~+\-]+")
+EXPERIMENT = re.compile(r"[A-Za-z0-9_\-]+")  # a file of hydra_conf/experiment/, nothing Hydra would parse as syntax
 RUN_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -49,6 +50,9 @@ class Form:
         if run_dir is not None and not RUN_DIR.fullmatch(str(run_dir)):
             raise FormError(f"run_dir: {run_dir!r} must be a path or s3:// URI without spaces, quotes, commas "
                             f"or brackets")
+        if not EXPERIMENT.fullmatch(str(params["experiment"])):
+            raise FormError(f"experiment: {params['experiment']!r} is not the name of an experiment "
+                            f"(a file of hydra_conf/experiment/)")
         seed = params.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise FormError(f"seed: must be an integer, got {seed!r}")
@@ -70,6 +74,28 @@ def check_overrides(overrides: Sequence[Any]) -> tuple[str, ...]:
     return tuple(overrides)
 
 
+def _glob(glob: str) -> str:
+    if not GLOB.fullmatch(glob):
+        raise FormError(f"form allowlist: {glob!r} is not a key glob (letters, digits, _ . @ / - and *)")
+    return glob.replace(".", r"\.").replace("*", "[^=]*")
+
+
+def allowlist_pattern(groups: Sequence[str], allow: Sequence[str], deny: Sequence[str],
+                      widened: Sequence[str] = ()) -> str:
+    """hydra_conf/form_allowlist.yaml as the JSON-schema pattern of one override (Python's re and ECMAScript alike).
+
+    A key is a group, or matches an ``allow`` glob and no ``deny`` glob, or matches one the deployment added
+    (``widened``: PARATHINK_FORM_ALLOW); the value holds no ``${`` interpolation. ``parathink plan --form`` applies the
+    same file again with fnmatch, and also checks every config value an override changes; this copy exists because
+    the DAG folder imports nothing of parathink (tests/dags/test_dag_form.py keeps the two in step).
+    """
+    def either(globs: Sequence[str]) -> str:
+        return "|".join(_glob(g) for g in globs) or "(?!)"
+
+    keys = f"(?:{either(widened)})|(?!(?:{either(deny)})=)(?:{either([*groups, *allow])})"
+    return rf"^(?:\+\+|\+|~)?(?:{keys})=(?![^\n\r]*\$\{{)[^\n\r]*$"
+
+
 def run_name(run_id: str) -> str:
     """A DAG run id as a folder name (run ids carry ':' and '+')."""
     return RUN_NAME_UNSAFE.sub("-", run_id).strip("-")
@@ -86,10 +112,22 @@ def sets_tracking(overrides: Sequence[str]) -> bool:
     return bool(keys & {"tracking", "tracking.uri"})
 
 
+def deployment_overrides(env: Mapping[str, str]) -> list[str]:
+    """What the deployment fixes for every run (helm/airflow-values.yaml ``env``), before the form's overrides:
+    ``PARATHINK_CLUSTER`` (a file of hydra_conf/cluster/) and ``PARATHINK_RUNS_ROOT`` (where run directories go)."""
+    out = []
+    if env.get("PARATHINK_CLUSTER"):
+        out.append(f"cluster={env['PARATHINK_CLUSTER']}")
+    if env.get("PARATHINK_RUNS_ROOT"):
+        out.append(f"cluster.runs_root={env['PARATHINK_RUNS_ROOT']}")
+    return out
+
+
 def arguments(experiment: str, *, run_dir: str, seed: int, stages: Sequence[str] | None,
-              overrides: Sequence[str], tracking_uri: str | None = None) -> list[str]:
-    """The overrides every ``parathink`` call of a run gets, the user's last (they win)."""
-    args = [f"experiment={experiment}", f"run_dir={run_dir}", f"seed={seed}"]
+              overrides: Sequence[str], tracking_uri: str | None = None, deployment: Sequence[str] = ()) -> list[str]:
+    """The overrides every ``parathink`` call of a run gets: the run's, the deployment's, the user's last (they
+    win where the form's allowlist lets them)."""
+    args = [f"experiment={experiment}", *deployment, f"run_dir={run_dir}", f"seed={seed}"]
     if stages is not None:
         args.append(f"stages=[{','.join(stages)}]")
     if tracking_uri and not sets_tracking(overrides):
@@ -98,18 +136,29 @@ def arguments(experiment: str, *, run_dir: str, seed: int, stages: Sequence[str]
 
 
 def check_for_pods(plan: Mapping[str, Any], max_retries: int) -> None:
-    """What ``executor=kubernetes`` needs beyond a valid config; FormError names the stage and the setting."""
-    run_dir = str(plan["run_dir"])
+    """What ``executor=kubernetes`` needs beyond a valid config; FormError names the stage and the setting.
+
+    Where pods find the run directory is ``parathink plan``'s ``pod_run_dir`` (parathink.cluster.pod_run_dir: a
+    relative run_dir moves under a shared runs_root); null means no pod can see it.
+    """
+    volume = next((p.get("volume") for p in plan["placement"].values()), None)
+    if plan.get("pod_run_dir") is None:
+        where = f"under the cluster profile's volume {volume['mount_path']}" if volume else "(no volume is set)"
+        raise FormError(f"run_dir: {plan['run_dir']!r} is not visible to pods; use s3:// or a path {where}")
     for stage, place in plan["placement"].items():
         if place["nodes"] > 1:
             raise FormError(f"{stage}: the cluster profile gives it {place['nodes']} nodes, a Kubeflow Trainer "
                             f"TrainJob that executor=kubernetes does not launch; use executor=kfp")
-        volume = place.get("volume")
-        if not run_dir.startswith("s3://") and not (
-                volume and PurePosixPath(run_dir).is_relative_to(volume["mount_path"])):
-            where = f"under the cluster profile's volume {volume['mount_path']}" if volume else "(no volume is set)"
-            raise FormError(f"run_dir: {run_dir!r} is not visible to pods; use s3:// or a path {where}")
     check_retries(plan, max_retries)
+
+
+def check_timeouts(plan: Mapping[str, Any], max_timeout_s: int) -> None:
+    """Airflow fixes a task's execution_timeout at parse time; each stage's ``timeout_s`` (its pod's deadline) must
+    end first, so that the pod, not Airflow, stops a hung stage and says why."""
+    for stage, place in plan["placement"].items():
+        if place["timeout_s"] >= max_timeout_s:
+            raise FormError(f"{stage}: cluster timeout_s={place['timeout_s']} is not below this DAG's task timeout "
+                            f"of {max_timeout_s} s (PARATHINK_MAX_TIMEOUT_S)")
 
 
 def check_retries(plan: Mapping[str, Any], max_retries: int) -> None:

@@ -58,12 +58,16 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def stream(argv: Sequence[str], log: Callable[[str], None]) -> Finished:
-    """Run ``parathink ARGV...``, log every output line, return its exit code and last lines."""
+def stream(argv: Sequence[str], log: Callable[[str], None],
+           started: Callable[[subprocess.Popen], None] | None = None) -> Finished:
+    """Run ``parathink ARGV...``, log every output line, return its exit code and last lines; ``started`` gets
+    the process as soon as it runs (the task's on_kill stops it)."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     # text=True reads with universal newlines: a progress bar's '\r' updates arrive as separate lines.
     proc = subprocess.Popen([command(), *argv], cwd=workdir(), env=child_env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    if started:
+        started(proc)
     try:
         for line in proc.stdout:
             line = line.rstrip()
@@ -72,10 +76,10 @@ def stream(argv: Sequence[str], log: Callable[[str], None]) -> Finished:
                 tail.append(line)
         return Finished(proc.wait(), tuple(tail))
     finally:
-        _stop(proc)
+        stop(proc)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen) -> None:
     """A task killed from Airflow (mark failed, timeout) must not leave its stage running."""
     if proc.poll() is None:
         proc.terminate()

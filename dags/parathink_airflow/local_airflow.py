@@ -193,7 +193,11 @@ def _start(args: argparse.Namespace) -> int:
             print(f"local_airflow: error: port {port} on 127.0.0.1 is in use (AIRFLOW_PORT= / MLFLOW_UI_PORT=)",
                   file=sys.stderr)
             return 2
-    extra = {"PARATHINK_WORKDIR": args.workdir, "PARATHINK_TRACKING_URI": args.tracking_uri}
+    # This machine's own Airflow: its operator (you) lets the form pick the teacher's built-in tiny model, which the
+    # cheap run of docs/airflow.md uses; anything beyond that is yours to add (PARATHINK_FORM_ALLOW=... make airflow).
+    allow = ",".join(g for g in ("teacher.self.model", os.environ.get("PARATHINK_FORM_ALLOW")) if g)
+    extra = {"PARATHINK_WORKDIR": args.workdir, "PARATHINK_TRACKING_URI": args.tracking_uri,
+             "PARATHINK_FORM_ALLOW": allow}
     env = environment(home, args.port, extra)
     print("airflow db migrate ...", flush=True)
     migrate(args.airflow_bin, env)

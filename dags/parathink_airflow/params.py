@@ -5,17 +5,46 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
 from airflow.sdk import Param
 
 from parathink_airflow.chain import CANONICAL
-from parathink_airflow.form import EXECUTORS, OVERRIDE_PATTERN
+from parathink_airflow.form import EXECUTORS, OVERRIDE_PATTERN, allowlist_pattern
 from parathink_airflow.local import CHECKOUT
+
+WIDEN_ENV = "PARATHINK_FORM_ALLOW"  # the deployment's own globs (helm/airflow-values.yaml), never the form's
+
+
+def config_root() -> Path:
+    return Path(os.environ.get("PARATHINK_CONFIG_DIR") or CHECKOUT / "hydra_conf")
+
+
+def deployment_default(name: str, fallback: str, choices: list[str]) -> str:
+    """A form default the deployment sets (PARATHINK_DEFAULT_*, helm/airflow-values.yaml); a value the form could
+    not offer fails the DAG's parse with one line instead of the first run an hour later."""
+    value = os.environ.get(name) or fallback
+    if choices and value not in choices:
+        raise ValueError(f"{name}={value!r}: not one of {', '.join(choices)}")
+    return value
 
 
 def experiments() -> list[str]:
     """The files of ``hydra_conf/experiment/`` (or ``$PARATHINK_CONFIG_DIR/experiment``); empty when not found."""
-    root = Path(os.environ.get("PARATHINK_CONFIG_DIR") or CHECKOUT / "hydra_conf")
-    return sorted(p.stem for p in (root / "experiment").glob("*.yaml"))
+    return sorted(p.stem for p in (config_root() / "experiment").glob("*.yaml"))
+
+
+def override_pattern() -> str:
+    """The overrides' JSON-schema pattern from ``hydra_conf/form_allowlist.yaml`` and the deployment's additions.
+
+    Without the file beside the DAGs the schema checks the syntax only; ``parathink plan --form`` (the DAG's first
+    task) applies the package's own copy of the file either way.
+    """
+    path = config_root() / "form_allowlist.yaml"
+    if not path.is_file():
+        return OVERRIDE_PATTERN
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    widened = [g.strip() for g in os.environ.get(WIDEN_ENV, "").split(",") if g.strip()]
+    return allowlist_pattern(doc["groups"], doc["allow"], doc["deny"], widened)
 
 
 def form(*, promote: bool, nightly: bool) -> dict[str, Param]:
@@ -23,7 +52,8 @@ def form(*, promote: bool, nightly: bool) -> dict[str, Param]:
     choice = {"enum": names} if names else {}  # no config folder beside the DAGs: `parathink plan` checks the name
     return {
         "experiment": Param(
-            "tiny", type="string", title="Experiment", **choice,
+            deployment_default("PARATHINK_DEFAULT_EXPERIMENT", "tiny", names), type="string", title="Experiment",
+            **choice,
             description="A file of hydra_conf/experiment/: the model, data and every stage's settings. "
                         "tiny runs on a laptop's CPU in about 20 minutes; the others expect GPUs."),
         "stages": Param(
@@ -41,11 +71,14 @@ def form(*, promote: bool, nightly: bool) -> dict[str, Param]:
             description=("Empty: the night's date (YYYYMMDD), so each night draws fresh synthetic problems. "
                          if nightly else "") + "Seeds the problems, sampling and training."),
         "overrides": Param(
-            [], type=["null", "array"], title="Overrides", items={"type": "string", "pattern": OVERRIDE_PATTERN},
-            description="Extra Hydra overrides, one key=value per line, e.g. sft.lr=1e-5 or tracking=none. "
-                        "The whole config is checked before any stage starts."),
+            [], type=["null", "array"], title="Overrides", items={"type": "string", "pattern": override_pattern()},
+            description="Extra Hydra overrides, one key=value per line, e.g. sft.lr=1e-5 or tracking=none: stage "
+                        "settings, data specs and eval settings (docs/airflow.md lists them). Placement, images, "
+                        "secrets, models to load and code are the deployment's, not the form's. The whole config "
+                        "is checked before any stage starts."),
         "executor": Param(
-            "local", type="string", title="Executor", enum=list(EXECUTORS),
+            deployment_default("PARATHINK_DEFAULT_EXECUTOR", "local", list(EXECUTORS)), type="string",
+            title="Executor", enum=list(EXECUTORS),
             values_display={"local": "local: a subprocess running the project's parathink",
                             "kubernetes": "kubernetes: one pod per stage on the cluster profile's node pools",
                             "kfp": "kfp: the stages as one Kubeflow pipeline"},

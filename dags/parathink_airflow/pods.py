@@ -89,7 +89,8 @@ def run(operator, context: Mapping[str, Any]) -> int:
         return 0
     except Exception:
         code = exit_code(operator.remote_pod, operator.base_container_name)
-        if not code:  # the pod never ran the stage (API error, start-up timeout): Airflow's retries apply
+        if not code:  # the pod never finished the stage (API error, start-up or execution timeout): Airflow's
+            operator.on_kill()  # retries apply, and this pod must not go on running (or pending) beside the next
             raise
         return code
 

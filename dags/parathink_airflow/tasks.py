@@ -19,16 +19,20 @@ from typing import Any, Mapping
 
 from airflow.sdk import SkipMixin, Variable, get_current_context
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 
 from parathink_airflow import local
 from parathink_airflow.chain import SLOTS, ChainError, assign
-from parathink_airflow.form import Form, FormError, arguments, check_for_pods, check_retries, default_run_dir, run_name
+from parathink_airflow.form import (Form, FormError, arguments, check_for_pods, check_retries, check_timeouts,
+                                    default_run_dir, deployment_overrides, run_name)
 
 log = logging.getLogger(__name__)
 
 # Airflow fixes a task's retry ceiling at parse time; the cluster profile's count decides below it.
 MAX_RETRIES = int(os.environ.get("PARATHINK_MAX_RETRIES", "5"))
+# Every stage task's execution_timeout, fixed at parse time: above every stage's own timeout_s (the pod's deadline),
+# so it fires only for what the pod's cannot stop (a lost worker, a local stage). 4 days by default.
+MAX_TIMEOUT_S = int(os.environ.get("PARATHINK_MAX_TIMEOUT_S", str(4 * 86400)))
 KFP_HOST_VARIABLE = "parathink_kfp_host"
 
 
@@ -41,9 +45,12 @@ class StageFailed(AirflowException):
 
 
 class PlacementRetryPolicy(RetryPolicy):
-    """Retries a :class:`StageFailed` ``retries`` times, ``backoff_s`` apart; anything else as Airflow would."""
+    """Retries a :class:`StageFailed` ``retries`` times, ``backoff_s`` apart; never a task past its execution_timeout;
+    anything else as Airflow would."""
 
     def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context=None) -> RetryDecision:
+        if isinstance(exception, AirflowTaskTimeout):  # a stage past the ceiling would pass it again, GPUs and all
+            return RetryDecision.fail("the task ran past its execution_timeout (PARATHINK_MAX_TIMEOUT_S); not retried")
         if not isinstance(exception, StageFailed):
             return RetryDecision.default()
         if try_number > exception.retries:
@@ -96,29 +103,39 @@ def _skip_unused(ctx, run: Mapping[str, Any]) -> None:
 
 def _plan(form: Form, dag_id: str, name: str, seed: int) -> dict:
     tracking_uri = os.environ.get("PARATHINK_TRACKING_URI") if form.executor == "local" else None
+    deployment = deployment_overrides(os.environ)
 
     def plan_for(run_dir: str, stages) -> dict:
-        return local.plan(arguments(form.experiment, run_dir=run_dir, seed=seed, stages=stages,
-                                    overrides=form.overrides, tracking_uri=tracking_uri))
+        args = arguments(form.experiment, run_dir=run_dir, seed=seed, stages=stages, overrides=form.overrides,
+                         tracking_uri=tracking_uri, deployment=deployment)
+        mine = len(args) - len(form.overrides)  # the user's overrides come last: held to the form's allowlist
+        return local.plan([*args[:mine], "--form", *args[mine:]])
 
     doc = plan_for(form.run_dir or default_run_dir(dag_id, name), list(form.stages) or None)
     stages = [s for s in doc["stages"] if s != "promote"]
     run_dir = str(doc["run_dir"])
     if form.executor == "local" and "://" not in run_dir:
         run_dir = str(local.workdir() / run_dir)  # every task, and the log, see the same absolute path
+    elif form.executor != "local":  # where every pod sees it (a relative run_dir moved under a shared runs_root)
+        run_dir = doc["pod_run_dir"] or run_dir  # null: no pod can see it, which _check_executor refuses
     if form.promote:  # promote's own checks (tracking.backend=mlflow) and placement
         doc = plan_for(run_dir, [*stages, "promote"])
     slots = assign(stages)
     _check_executor(form.executor, doc)
     args = arguments(form.experiment, run_dir=run_dir, seed=seed, stages=None, overrides=form.overrides,
-                     tracking_uri=tracking_uri)
+                     tracking_uri=tracking_uri, deployment=deployment)
     return {"executor": form.executor, "run_dir": run_dir, "stages": stages, "promote": form.promote,
             "slots": slots, "placement": doc["placement"], "pods": doc["pods"], "args": args}
 
 
 def _check_executor(executor: str, doc: Mapping[str, Any]) -> None:
     """What the executor needs beyond a valid config (FormError otherwise)."""
+    check_timeouts(doc, MAX_TIMEOUT_S)
+    runtime = doc.get("runtime", {})
     if executor == "local":
+        if not runtime.get("torch", True):
+            raise FormError("executor=local: this worker's parathink has no torch (an orchestrator image plans "
+                            "only); use executor=kubernetes or kfp, or set PARATHINK_DEFAULT_EXECUTOR")
         check_retries(doc, MAX_RETRIES)
         return
     # kfp: the stages run inside Kubeflow; only promote is a pod of this DAG's own.
@@ -126,6 +143,9 @@ def _check_executor(executor: str, doc: Mapping[str, Any]) -> None:
         k: v for k, v in doc["placement"].items() if k == "promote"}}
     check_for_pods(mine, MAX_RETRIES)
     if executor == "kfp":
+        if not runtime.get("kfp", True):
+            raise FormError("executor=kfp: this worker's parathink has no kfp (pip install 'parathink[kfp]' in "
+                            "the orchestrator image); use executor=kubernetes")
         kfp_host()
 
 
@@ -153,7 +173,10 @@ def kubeflow(run: Mapping[str, Any]) -> None:
     """``executor=kfp``: ``parathink kfp submit --wait``, the run's stages as one Kubeflow pipeline."""
     if run["executor"] != "kfp":
         raise AirflowSkipException(f"executor={run['executor']}: the stages ran as their own tasks")
-    argv = ["kfp", "submit", "--host", kfp_host(), "--wait", f"stages=[{','.join(run['stages'])}]", *run["args"]]
+    # Waits at most the stages' own timeouts end to end (each KFP task is bounded by its stage's timeout_s).
+    budget = sum(p["timeout_s"] for s, p in run["placement"].items() if s in run["stages"])
+    argv = ["kfp", "submit", "--host", kfp_host(), "--wait", "--timeout", str(budget),
+            f"stages=[{','.join(run['stages'])}]", *run["args"]]
     done = _local(argv)
     _raise_for_exit("kubeflow", done.code, done.last(), {"retries": 0, "retry_backoff_s": 0})
 
@@ -172,8 +195,10 @@ def _call(name: str, run: Mapping[str, Any], in_pod: bool) -> None:
     if in_pod:
         from parathink_airflow import pods
 
-        code = pods.run(pods.stage_pod(run["pods"][name], placement, argv, task_id=f"{name}-pod"),
-                        get_current_context())
+        context = get_current_context()
+        operator = pods.stage_pod(run["pods"][name], placement, argv, task_id=f"{name}-pod")
+        _kill_with(operator.on_kill)  # deletes the stage's pod
+        code = pods.run(operator, context)
         detail = "the pod's log above has the details" if code else ""
     else:
         done = _local(argv)
@@ -184,9 +209,20 @@ def _call(name: str, run: Mapping[str, Any], in_pod: bool) -> None:
 def _local(argv: list[str]) -> local.Finished:
     log.info("$ parathink %s", shlex.join(argv))  # the same call, to reproduce it from a shell
     try:
-        return local.stream(argv, log.info)
+        return local.stream(argv, log.info, started=lambda proc: _kill_with(lambda: local.stop(proc)))
     except local.CommandMissing as err:
         raise AirflowFailException(str(err)) from None
+
+
+def _kill_with(stop) -> None:
+    """Make this task's ``on_kill`` stop what it started.
+
+    Airflow calls the running task's ``on_kill`` when the task is stopped (marked failed or cleared: SIGTERM) and
+    when ``execution_timeout`` fires; the decorated task's own is a no-op, and the operator or process the task
+    started inside itself is invisible to Airflow. Without this, a stopped task leaves its stage pod (GPUs and all)
+    or its ``parathink`` process running.
+    """
+    get_current_context()["ti"].task.on_kill = stop
 
 
 def _raise_for_exit(name: str, code: int, detail: str, placement: Mapping[str, Any]) -> None:

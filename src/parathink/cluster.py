@@ -13,6 +13,7 @@ Every other stage gets ``resources.cpu`` on the default pool. ``stage_overrides`
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
@@ -24,7 +25,7 @@ TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-OVERRIDABLE = {"gpus_per_node", "nodes", "resources"}
+OVERRIDABLE = {"gpus_per_node", "nodes", "resources", "timeout_s"}
 # Kubernetes quantities (cpu "500m" / "32", memory "8Gi" / "512M"): checked here so that a typo fails at plan time.
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -65,8 +66,10 @@ class Placement:
     retries: int  # for exit code 1 only
     retry_backoff_s: int
     startup_timeout_s: int
+    timeout_s: int  # the stage's whole run, start-up included: the pod's activeDeadlineSeconds, KFP's task timeout
     gpu_resource: str = "nvidia.com/gpu"
     trainer_runtime: str = "torch-distributed"
+    hub: bool = False  # downloads weights from the model hub (the profile's hub_stages): the NetworkPolicy lets it
     run_as_user: int = 1000  # the image's non-root uid (images/trainer: USER 1000); pods run as it, never as root
     procs_per_node: int = field(init=False)
 
@@ -203,6 +206,9 @@ def placement(cfg, stage: str) -> Placement:
     pull = _get(p, "image_pull_policy", w)
     if pull not in PULL_POLICIES:
         raise ConfigError(f"cluster.image_pull_policy: must be one of {PULL_POLICIES}, got {pull!r}")
+    timeouts = _get(p, "timeout_s", w)
+    if not isinstance(timeouts, Mapping) or kind not in timeouts:
+        raise ConfigError(f"cluster.timeout_s.{kind}: missing (timeout_s needs 'gpu' and 'cpu' entries, in seconds)")
     retries = _get(p, "retries", w)
     if not isinstance(retries, Mapping) or set(retries) != {"max", "backoff_s"}:
         raise ConfigError(f"cluster.retries: must be {{max: N, backoff_s: S}}, got {retries!r}")
@@ -225,9 +231,11 @@ def placement(cfg, stage: str) -> Placement:
         retries=_count(retries["max"], f"{w}.retries.max", 0),
         retry_backoff_s=_count(retries["backoff_s"], f"{w}.retries.backoff_s", 0),
         startup_timeout_s=_count(_get(p, "startup_timeout_s", w), f"{w}.startup_timeout_s", 1),
+        timeout_s=_count(mine.get("timeout_s", timeouts[kind]), f"{w}.timeout_s.{kind}", 1),
         gpu_resource=str(p.get("gpu_resource", "nvidia.com/gpu")),
         trainer_runtime=str(p.get("trainer_runtime", "torch-distributed")),
         run_as_user=_count(p.get("run_as_user", 1000), f"{w}.run_as_user", 1),
+        hub=stage in (p.get("hub_stages") or []),
     )
 
 
@@ -235,3 +243,30 @@ def plan(cfg, stages: list[str]) -> dict[str, Placement]:
     """{stage: placement} for ``stages``, in order."""
     p = _profile_dict(cfg)
     return {stage: placement(p, stage) for stage in stages}
+
+
+def _on_volume(path: str, volume: Mapping[str, str] | None) -> bool:
+    return volume is not None and posixpath.normpath(path).startswith(volume["mount_path"].rstrip("/") + "/")
+
+
+def pod_run_dir(run_dir: str, runs_root: str, volume: Mapping[str, str] | None) -> str | None:
+    """The run directory as every pod of a cluster sees it, or None when no pod can see it: the one rule for a
+    relative ``run_dir`` (docs/orchestration.md, "Run directories on a cluster"), for KFP and Airflow alike.
+
+    A relative run directory is a folder on one machine; every pod has its own disk. So it moves under the profile's
+    ``runs_root`` (the default ``runs/<experiment>`` becomes ``<runs_root>/<experiment>``: a leading ``runs/``, the
+    local root, is dropped) when that root is shared: object storage (``s3://...``) or a path on the profile's
+    volume. The result must be shared too; anything else (a relative path under the local profile, an absolute path
+    on no volume) is None.
+    """
+    def shared(path: str) -> bool:
+        return "://" in path or _on_volume(path, volume)
+
+    if "://" not in run_dir and not run_dir.startswith("/") and shared(runs_root.rstrip("/") + "/x"):
+        parts = [p for p in posixpath.normpath(run_dir).split("/") if p not in ("", ".")]
+        if parts and parts[0] == "runs":
+            parts = parts[1:]
+        if not parts or ".." in parts:
+            raise ConfigError(f"run_dir: {run_dir!r} does not name a folder under cluster.runs_root {runs_root!r}")
+        run_dir = runs_root.rstrip("/") + "/" + "/".join(parts)
+    return run_dir if shared(run_dir) else None

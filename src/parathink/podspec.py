@@ -26,6 +26,7 @@ from parathink.cluster import Placement
 SHM_VOLUME, RUNS_VOLUME = "dshm", "runs"
 CONTAINER = "main"  # KFP's name for a task's container; Airflow watches the container by the name it finds here
 STAGE_LABEL = "parathink.io/stage"
+HUB_LABEL = "parathink.io/hub"
 # The restricted profile (kubernetes.io/docs/concepts/security/pod-security-standards): what each container says.
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                       "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -38,8 +39,10 @@ def k8s_name(text: str) -> str:
 
 def labels(p: Placement) -> dict[str, str]:
     """The one label set of a stage's pods (Airflow, KFP and TrainJob alike): NetworkPolicies select on it."""
-    return {"app.kubernetes.io/name": "parathink", "app.kubernetes.io/component": "stage",
-            STAGE_LABEL: k8s_name(p.stage)}
+    out = {"app.kubernetes.io/name": "parathink", "app.kubernetes.io/component": "stage", STAGE_LABEL: k8s_name(p.stage)}
+    if p.hub:  # the chart's NetworkPolicy lets only these pods reach the model hub
+        out[HUB_LABEL] = "true"
+    return out
 
 
 def env(p: Placement) -> list[dict[str, Any]]:
@@ -89,7 +92,8 @@ def pod_spec(p: Placement, containers: list[dict[str, Any]]) -> dict[str, Any]:
     """The Pod's ``spec`` around ``containers``: service account, pool, volumes, security; never restarted (the
     orchestrator retries a stage, with its own backoff, by exit code)."""
     vols, _ = volumes(p)
-    spec: dict[str, Any] = {"serviceAccountName": p.service_account, "restartPolicy": "Never"}
+    spec: dict[str, Any] = {"serviceAccountName": p.service_account, "restartPolicy": "Never",
+                            "activeDeadlineSeconds": p.timeout_s}  # a hung stage stops holding its GPUs
     if p.node_selector:
         spec["nodeSelector"] = dict(p.node_selector)
     if p.tolerations:

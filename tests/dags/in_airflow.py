@@ -45,6 +45,8 @@ def dagbag() -> dict:
                        for k in params},
             "timetable": f"{type(dag.timetable).__name__} {dag.timetable!r}",
             "max_active_runs": dag.max_active_runs,
+            "execution_timeouts": {t.task_id: t.execution_timeout.total_seconds() if t.execution_timeout else None
+                                   for t in dag.tasks},
             "catchup": dag.catchup,
         }
     return {"import_errors": bag.import_errors, "parse_s": seconds, "dags": dags,

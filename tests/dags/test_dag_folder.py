@@ -58,3 +58,21 @@ def test_nightly_runs_at_two_utc_one_at_a_time_without_catch_up_and_promotes(dag
     assert "CronTriggerTimetable(expression='0 2 * * *', timezone='UTC'" in dag["timetable"]
     assert (dag["max_active_runs"], dag["catchup"]) == (1, False)
     assert dag["params"]["promote"] is True and dag["params"]["seed"] is None  # seed: the night's date
+
+
+def test_every_task_has_an_execution_timeout(dagbag):
+    timeouts = dagbag["dags"]["parathink_curriculum"]["execution_timeouts"]
+    assert None not in timeouts.values(), timeouts
+    assert timeouts["sft"] == 4 * 86400 and timeouts["plan"] == 600  # PARATHINK_MAX_TIMEOUT_S's default
+
+
+def test_the_deployment_sets_the_forms_defaults_and_a_default_the_form_cannot_offer_fails_the_parse(
+        airflow_python, tmp_path):
+    env = airflow_env(tmp_path, tmp_path, PARATHINK_DEFAULT_EXPERIMENT="parallel_r1_seen",
+                      PARATHINK_DEFAULT_EXECUTOR="kubernetes")
+    good, _ = in_airflow(env, "dagbag")
+    params = good["dags"]["parathink_curriculum"]["params"]
+    assert (params["experiment"], params["executor"]) == ("parallel_r1_seen", "kubernetes")
+    bad, _ = in_airflow({**env, "PARATHINK_DEFAULT_EXECUTOR": "locla"}, "dagbag")
+    (error,) = set(bad["import_errors"].values())
+    assert "PARATHINK_DEFAULT_EXECUTOR='locla': not one of local, kubernetes, kfp" in error

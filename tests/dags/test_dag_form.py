@@ -101,12 +101,79 @@ def _placement(**over):
 
 
 def test_pods_need_a_run_directory_they_can_see_and_one_node():
-    check_for_pods({"run_dir": "s3://b/runs/a", "placement": {"sft": _placement()}}, max_retries=5)
-    check_for_pods({"run_dir": "/runs/a", "placement": {
-        "sft": _placement(volume={"claim": "runs", "mount_path": "/runs"})}}, max_retries=5)
+    """``pod_run_dir`` is parathink plan's (parathink.cluster.pod_run_dir); null: no pod can see the run directory."""
+    check_for_pods({"run_dir": "runs/a", "pod_run_dir": "s3://b/a", "placement": {"sft": _placement()}}, 5)
     with pytest.raises(FormError, match="run_dir: '/tmp/a' is not visible to pods.*no volume"):
-        check_for_pods({"run_dir": "/tmp/a", "placement": {"sft": _placement()}}, max_retries=5)
+        check_for_pods({"run_dir": "/tmp/a", "pod_run_dir": None, "placement": {"sft": _placement()}}, 5)
+    with pytest.raises(FormError, match="run_dir: '/tmp/a' is not visible to pods.*under the cluster profile's "
+                                        "volume /runs"):
+        check_for_pods({"run_dir": "/tmp/a", "pod_run_dir": None, "placement": {
+            "sft": _placement(volume={"claim": "runs", "mount_path": "/runs"})}}, 5)
+    ok = {"run_dir": "s3://b/a", "pod_run_dir": "s3://b/a"}
     with pytest.raises(FormError, match="sft: the cluster profile gives it 2 nodes.*executor=kfp"):
-        check_for_pods({"run_dir": "s3://b/a", "placement": {"sft": _placement(nodes=2)}}, max_retries=5)
+        check_for_pods({**ok, "placement": {"sft": _placement(nodes=2)}}, max_retries=5)
     with pytest.raises(FormError, match="sft: cluster retries.max=9 is above this DAG's ceiling of 5"):
-        check_for_pods({"run_dir": "s3://b/a", "placement": {"sft": _placement(retries=9)}}, max_retries=5)
+        check_for_pods({**ok, "placement": {"sft": _placement(retries=9)}}, max_retries=5)
+
+
+ALLOWLIST = yaml.safe_load((Path(__file__).parents[2] / "hydra_conf" / "form_allowlist.yaml").read_text())
+# The issue's attacks, and neighbours of them; every one is refused by the schema and by `parathink plan --form`.
+ATTACKS = ["+stage_modules.teacher=/tmp/x.py", "stage_modules.teacher=/tmp/x.py", "cluster.image=evil/img:latest",
+           "cluster.service_account=cluster-admin", "+cluster.secrets.X={secret: other, key: k}",
+           "cluster.node_pool.tolerations=[{operator: Exists}]", "++cluster.image=evil/img", "tracking.uri=http://evil",
+           "hydra.run.dir=/tmp", "teacher.openai.base_url=http://evil", "teacher.openai.api_key_env=AWS_SECRET_ACCESS_KEY",
+           "teacher.hf.model=evil/remote-code", "sft.deepspeed=/tmp/x.json", "sft.init=evil/weights",
+           "teacher.vllm.engine_kwargs={trust_remote_code: true}", "sft.lr=${oc.env:AWS_SECRET_ACCESS_KEY}",
+           "cache_dir=/", "sft={deepspeed: /tmp/x.json}", "model=qwen3_4b_base"]
+RESEARCH = ["sft.lr=1e-5", "+sft.gate.min_parallel_rate=0.4", "~teacher.limit=null", "tracking=none", "data=gsm8k",
+            "data.cold_start.0.n=40", "eval.sets.hard.n=400", "rl_hard.steps=200", "teacher.backend=scripted",
+            "format=npr", "force=[eval]", "teacher.vllm.temperature=0.6"]
+
+
+def _schema(widened=()):
+    import re
+
+    from parathink_airflow.form import allowlist_pattern
+
+    return re.compile(allowlist_pattern(ALLOWLIST["groups"], ALLOWLIST["allow"], ALLOWLIST["deny"], widened))
+
+
+def test_the_forms_schema_and_plan_agree_on_every_attack_and_every_research_override():
+    """The pattern is the DAG folder's copy of parathink.form_policy's key check (no parathink import there)."""
+    from parathink import form_policy
+    from parathink.errors import ConfigError
+
+    allowlist, schema = form_policy.load(), _schema()
+    for override in ATTACKS:
+        assert not schema.match(override), override
+        with pytest.raises(ConfigError, match="form override"):
+            form_policy.check_keys([override], allowlist)
+    for override in RESEARCH:
+        assert schema.match(override), override
+        form_policy.check_keys([override], allowlist)
+
+
+def test_an_operator_widens_the_schema_by_deployment_not_by_form():
+    assert not _schema().match("cluster.image=mine/img:1")
+    assert _schema(["cluster.image"]).match("cluster.image=mine/img:1")
+    assert _schema(["teacher.hf.model"]).match("teacher.hf.model=org/m")  # lifts the deny it names
+    assert not _schema(["teacher.hf.model"]).match("teacher.vllm.model=org/m")
+    with pytest.raises(FormError, match="form allowlist: 'a=b' is not a key glob"):
+        _schema(["a=b"])
+
+
+@pytest.mark.parametrize("experiment", ["../x", "tiny,npr", "tiny stages=[x]"])
+def test_an_experiment_is_a_name(experiment):
+    with pytest.raises(FormError, match="experiment: .* is not the name of an experiment"):
+        Form.read({"experiment": experiment})
+
+
+def test_the_deployment_fixes_the_cluster_profile_and_runs_root_before_the_users_overrides():
+    from parathink_airflow.form import deployment_overrides
+
+    mine = deployment_overrides({"PARATHINK_CLUSTER": "gpu", "PARATHINK_RUNS_ROOT": "s3://corp/runs"})
+    assert mine == ["cluster=gpu", "cluster.runs_root=s3://corp/runs"] and deployment_overrides({}) == []
+    args = arguments("parallel_r1_seen", run_dir="${cluster.runs_root}/d/r", seed=1, stages=None,
+                     overrides=["sft.lr=1"], deployment=mine)
+    assert args == ["experiment=parallel_r1_seen", *mine, "run_dir=${cluster.runs_root}/d/r", "seed=1", "sft.lr=1"]
+    assert compose(args).run_dir == "s3://corp/runs/d/r"

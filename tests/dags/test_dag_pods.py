@@ -81,10 +81,11 @@ def test_the_pod_is_the_one_plan_rendered_plus_the_command_and_airflows_labels(p
 def test_credentials_come_from_secrets_by_reference_only(pods):
     env = {e["name"]: e for e in pods["gpu"]["sft"]["request"]["spec"]["containers"][0]["env"]}
     assert env["MLFLOW_TRACKING_URI"] == {"name": "MLFLOW_TRACKING_URI", "value": "http://parathink-mlflow:5000"}
-    for name, secret, optional in [("AWS_ACCESS_KEY_ID", "parathink-s3", True),
-                                   ("AWS_SECRET_ACCESS_KEY", "parathink-s3", True),
-                                   ("MLFLOW_TRACKING_TOKEN", "parathink-mlflow", False)]:
-        ref = {"name": secret, "key": name, **({"optional": True} if optional else {})}
+    for name, secret, key, optional in [("AWS_ACCESS_KEY_ID", "parathink-s3", "AWS_ACCESS_KEY_ID", True),
+                                        ("AWS_SECRET_ACCESS_KEY", "parathink-s3", "AWS_SECRET_ACCESS_KEY", True),
+                                        ("MLFLOW_TRACKING_USERNAME", "parathink-mlflow", "username", False),
+                                        ("MLFLOW_TRACKING_PASSWORD", "parathink-mlflow", "password", False)]:
+        ref = {"name": secret, "key": key, **({"optional": True} if optional else {})}
         assert env[name] == {"name": name, "valueFrom": {"secretKeyRef": ref}}
 
 

@@ -13,6 +13,10 @@ from parathink.storage.testing import free_port
 
 KFP_PORT = free_port()
 RESUME_STAGE = Path(__file__).parents[1] / "stages" / "resume_stage.py"
+# This test deployment widens the form's allowlist (as an operator would, helm/airflow-values.yaml) for the built-in
+# tiny model, the plug-in stage of exit_1 and its retries; stage_modules.teacher stays refused.
+TEST_DEPLOYMENT_ALLOWS = "teacher.self.model,stage_modules.base,cluster.retries.*"
+ATTACK = Path("/tmp/parathink-form-attack.py")
 SLOT_TASKS = ["base", "rl_easy_before_teacher", "teacher", "filter", "sft", "rl_easy", "rl_hard", "rl_scaffold",
               "grpo_baseline", "eval"]
 
@@ -27,6 +31,10 @@ def runs(airflow_home, tmp_path_factory):
         "gate": {"stages": ["teacher", "filter", "sft"], "run_dir": str(work / "a"),
                  "overrides": [*cheap, "filter.gate.min_accepted=100000"]},
         "not_key_value": {"stages": ["teacher"], "overrides": [*cheap, "sft.lr"]},
+        # The trigger form's allowlist (hydra_conf/form_allowlist.yaml): the schema refuses code to import ...
+        "stage_module": {"stages": ["teacher"], "overrides": [*cheap, f"+stage_modules.teacher={ATTACK}"]},
+        # ... and `parathink plan --form` what a mapping would set below an allowed key.
+        "mapping": {"stages": ["teacher"], "overrides": [*cheap, "teacher.vllm={model: evil/weights}"]},
         "form_key": {"stages": ["teacher"], "overrides": [*cheap, "seed=3"]},
         "unknown_key": {"stages": ["teacher"], "overrides": [*cheap, "filter.no_such_key=1"]},
         "exit_1": {"stages": ["base"], "run_dir": str(work / "e"), "overrides": [
@@ -41,7 +49,9 @@ def runs(airflow_home, tmp_path_factory):
                                           "overrides": [*cheap, "teacher.limit=4"]}),
     }
     # No Kubeflow Pipelines here: the kfp task's real `parathink kfp submit` finds nothing listening on KFP_PORT.
-    results, log = dag_test(airflow_home, work, list(confs.values()), PARATHINK_KFP_HOST=f"http://127.0.0.1:{KFP_PORT}")
+    ATTACK.write_text(f"open({str(work / 'executed')!r}, 'w').close()\n")
+    results, log = dag_test(airflow_home, work, list(confs.values()), PARATHINK_KFP_HOST=f"http://127.0.0.1:{KFP_PORT}",
+                            PARATHINK_FORM_ALLOW=TEST_DEPLOYMENT_ALLOWS)
     return dict(zip(confs, results)), log, work
 
 
@@ -90,13 +100,25 @@ def test_an_override_that_is_not_key_value_is_refused_at_trigger_time(runs):
 
 
 @pytest.mark.slow
+def test_the_form_cannot_name_code_to_run_nor_set_a_refused_key_through_a_mapping(runs):
+    results, log, work = runs
+    assert "Invalid input for param overrides: '+stage_modules.teacher=" in results["stage_module"]["refused"]
+    assert not (work / "executed").exists()  # the file was never imported
+    got = states(results["mapping"])
+    assert got["plan"] == "failed" and got["teacher"] == "upstream_failed"
+    assert ("form override 'teacher.vllm={model: evil/weights}': it changes teacher.vllm.model, which the trigger "
+            "form may not set") in log
+
+
+@pytest.mark.slow
 def test_a_bad_form_fails_the_plan_in_seconds_and_runs_no_stage(runs):
     results, log, _ = runs
-    for case in ("form_key", "unknown_key", "pods_cannot_see"):
+    # A form field as an override is outside the allowlist: the schema refuses it before any run exists.
+    assert "Invalid input for param overrides: 'seed=3' does not match" in results["form_key"]["refused"]
+    for case in ("unknown_key", "pods_cannot_see"):
         got = states(results[case])
         assert got["plan"] == "failed" and results[case]["state"] == "failed", (case, got)
         assert set(_not_run(results[case], SLOT_TASKS + ["promote"]).values()) == {"upstream_failed"}, case
-    assert "overrides[4]: 'seed=3' sets seed, which has its own field in the form" in log
     assert "no_such_key" in log and "parathink: error:" in log  # parathink plan's own one line
     assert "is not visible to pods; use s3:// or a path (no volume is set)" in log
 
@@ -119,7 +141,8 @@ def test_executor_kfp_hands_the_stages_to_one_kubeflow_pipeline(runs):
     assert kfp["tasks"]["kubeflow"] == {"state": "failed", "try_number": 1}
     assert states(kfp)["promote"] == "upstream_failed" and kfp["state"] == "failed"
     host = f"http://127.0.0.1:{KFP_PORT}"
-    assert (f"$ parathink kfp submit --host {host} --wait 'stages=[teacher,filter]' experiment=tiny "
+    # --timeout: the two stages' timeout_s (hydra_conf/cluster/local.yaml) end to end
+    assert (f"$ parathink kfp submit --host {host} --wait --timeout 43200 'stages=[teacher,filter]' experiment=tiny "
             f"run_dir=s3://parathink/runs/k seed=0 {' '.join(CHEAP)}") in log
     assert f"parathink: error: KFP endpoint {host}" in log  # parathink's own one line, in the task log
 

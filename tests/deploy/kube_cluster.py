@@ -19,7 +19,8 @@ GPU_NODE, CPU_NODE = "gpu-node-0", "cpu-node-0"
 ORCHESTRATOR_NS = "airflow"
 # The Secrets named by the chart's values and by hydra_conf/cluster/gpu.yaml (test values, not credentials).
 SECRETS = {"parathink-s3": {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
-           "parathink-mlflow": {"MLFLOW_TRACKING_TOKEN": "test"},
+           "parathink-mlflow": {"username": "parathink", "password": "test"},
+           "parathink-mlflow-admin": {"username": "admin", "password": "test"},
            "parathink-postgres": {"username": "mlflow", "password": "test"}}
 
 

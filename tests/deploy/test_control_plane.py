@@ -74,10 +74,10 @@ def test_chart_installs_server_side(cluster, chart_installed):
 
 
 def can(cluster, user: str, verb: str, resource: str, namespace: str = NAMESPACE, group: str = "",
-        subresource: str = "") -> bool:
+        subresource: str = "", name: str = "") -> bool:
     review = {"spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated"],
                        "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group,
-                                              "resource": resource, "subresource": subresource}}}
+                                              "resource": resource, "subresource": subresource, "name": name}}}
     return client.AuthorizationV1Api(cluster.api).create_subject_access_review(review).status.allowed
 
 
@@ -107,6 +107,20 @@ RUNNER = f"system:serviceaccount:{NAMESPACE}:parathink-runner"
 def test_rbac_is_least_privilege(cluster, chart_installed, user, verb, resource, group, subresource, namespace,
                                  allowed):
     assert can(cluster, user, verb, resource, namespace, group, subresource) is allowed
+
+
+@pytest.mark.parametrize("verb, resource, name, allowed", [
+    ("get", "configmaps", "kfp-launcher", True),  # KFP's launcher: pipeline root, object-store provider
+    ("get", "configmaps", "metadata-grpc-configmap", True),
+    ("get", "secrets", "mlpipeline-minio-artifact", True),  # the artifact store's credentials, by name
+    ("get", "configmaps", "other", False),
+    ("list", "configmaps", "", False),
+    ("get", "secrets", "parathink-s3", False),
+    ("list", "secrets", "", False),
+])
+def test_the_runner_reads_what_kfps_launcher_reads_by_name_only(cluster, chart_installed, verb, resource, name,
+                                                                allowed):
+    assert can(cluster, RUNNER, verb, resource, name=name) is allowed
 
 
 def test_gpu_stage_is_bound_to_the_gpu_node(cluster, chart_installed):

@@ -169,10 +169,11 @@ def test_the_launcher_waits_for_complete(kube, monkeypatch):
     created = {}
     real_create = kube.create
 
-    def create(manifest):  # the controller starts watching for the name the launcher picked
-        created["manifest"] = manifest
-        _controller(kube, manifest["metadata"]["name"], "Complete")
-        return real_create(manifest)
+    def create(manifest, dry_run=False):  # the controller starts watching for the name the launcher picked
+        if not dry_run:
+            created["manifest"] = manifest
+            _controller(kube, manifest["metadata"]["name"], "Complete")
+        return real_create(manifest, dry_run)
 
     monkeypatch.setattr(kube, "create", create)
     assert main_trainjob("sft", [*SFT_2_NODES, "run_dir=s3://bucket/runs/a"], api=kube, poll_s=0.02) == 0
@@ -247,3 +248,35 @@ def test_the_launcher_finds_its_own_pod_to_own_the_trainjob(kube):
     (_, trainjob) = objects(plan, "sft", owner)
     kube.create(trainjob)
     assert kube.get(trainjob)["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]
+
+
+def _set_crd_schema(http: httpx.Client, schema: dict) -> None:
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/trainjobs.{TRAINER_GROUP}"
+    crd = http.get(path).json()
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema
+    r = http.put(path, json=crd)
+    assert r.status_code == 200, r.text[:500]
+    time.sleep(1.0)  # the API server's CRD handler picks up the new schema
+
+
+def test_a_trainer_older_than_v2_2_is_refused_before_anything_is_created(kube, trainjob, capsys):
+    """Trainer's CRD before v2.2 has no spec.runtimePatches: the API server would prune it silently (the pods losing
+    the pool's tolerations, /dev/shm and the service account). The launcher asks with a dry run and exits 2."""
+    old = _for_kubernetes_1_20(SCHEMA)
+    del old["properties"]["spec"]["properties"]["runtimePatches"]
+    _set_crd_schema(kube.http, old)
+    try:
+        code = main_trainjob("sft", [*SFT_2_NODES, "run_dir=s3://bucket/runs/old"], api=kube, poll_s=0.02)
+        err = capsys.readouterr().err.strip().splitlines()
+        listed = kube.http.get(f"/apis/{TRAINER_GROUP}/v1alpha1/namespaces/{NAMESPACE}/trainjobs").json()["items"]
+    finally:
+        _set_crd_schema(kube.http, _for_kubernetes_1_20(SCHEMA))
+    assert code == 2 and err == ["parathink: error: Kubeflow Trainer on this cluster drops spec.runtimePatches from "
+                                 "TrainJobs (a CRD older than v2.2.0); parathink's multi-node stages need Kubeflow "
+                                 "Trainer >= v2.2.0"]
+    assert not [t for t in listed if "run_dir=s3://bucket/runs/old" in t["spec"]["trainer"]["command"]]
+    manifest = trainjob()
+    from parathink.kfp.launch import check_trainer
+
+    check_trainer(kube, manifest)  # the current schema keeps it
+    assert _gone(kube, manifest)  # a dry run stores nothing

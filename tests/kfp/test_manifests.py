@@ -72,6 +72,12 @@ def test_multi_node_stage_is_a_valid_trainjob_with_the_pool_placement():
                                                                    {"name": "runs", "mountPath": "/runs"}],
                                   "securityContext": podspec.CONTAINER_SECURITY}]
     assert pod["securityContext"]["runAsNonRoot"] is True and violations(pod) == []  # Pod Security "restricted"
+    # Only what runtimePatches' pod schema holds: an API server prunes anything else silently.
+    patchable = (TRAINJOB_SCHEMA["properties"]["spec"]["properties"]["runtimePatches"]["items"]["properties"]
+                 ["trainingRuntimeSpec"]["properties"]["template"]["properties"]["spec"]["properties"]
+                 ["replicatedJobs"]["items"]["properties"]["template"]["properties"]["spec"]["properties"]
+                 ["template"]["properties"]["spec"]["properties"])
+    assert set(pod) <= set(patchable), set(pod) - set(patchable)
 
 
 @pytest.mark.parametrize("breakage", ["numNodes", "runtimeRef", "manager"])

@@ -20,9 +20,11 @@ def test_every_task_runs_as_the_pods_non_root_user_with_its_labels(compile_pipel
         k8s = compiled.kubernetes(task_name(stage))
         # KFP's compiler adds no privilege escalation, drop ALL and RuntimeDefault to every task container itself.
         assert k8s["securityContext"] == {"runAsUser": "1000", "runAsGroup": "1000", "runAsNonRoot": True}
+        assert int(k8s["activeDeadlineSeconds"]) == (21600 if stage == "filter" else 259200)  # the stage's timeout_s
+        hub = {"parathink.io/hub": "true"} if stage == "teacher" else {}  # gpu.yaml hub_stages: base, teacher
         assert k8s["podMetadata"]["labels"] == {"app.kubernetes.io/name": "parathink",
                                                 "app.kubernetes.io/component": "stage",
-                                                "parathink.io/stage": podspec.k8s_name(stage)}
+                                                "parathink.io/stage": podspec.k8s_name(stage), **hub}
 
 
 @pytest.mark.parametrize("change", ["hostPath volume", "container field", "container securityContext", "spec field"])

@@ -52,11 +52,16 @@ app.kubernetes.io/component: mlflow
 # Kubernetes expands $(VAR) from the variables above: the password never appears in the manifest.
 - name: MLFLOW_BACKEND_STORE_URI
   value: "postgresql://$(PGUSER):$(PGPASSWORD)@{{ $pg.host }}:{{ $pg.port }}/{{ $pg.database }}?sslmode={{ $pg.sslmode }}"
+{{- if .Values.mlflow.auth.enabled }}
+- name: MLFLOW_AUTH_DATABASE_URI
+  value: "postgresql://$(PGUSER):$(PGPASSWORD)@{{ $pg.host }}:{{ $pg.port }}/{{ .Values.mlflow.auth.database }}?sslmode={{ $pg.sslmode }}"
+{{- end }}
 {{- if $art.existingSecret }}
+# Optional: without the Secret the server uses its service account's cloud identity; with it, the keys win.
 - name: AWS_ACCESS_KEY_ID
-  valueFrom: {secretKeyRef: {name: {{ $art.existingSecret }}, key: AWS_ACCESS_KEY_ID}}
+  valueFrom: {secretKeyRef: {name: {{ $art.existingSecret }}, key: AWS_ACCESS_KEY_ID, optional: true}}
 - name: AWS_SECRET_ACCESS_KEY
-  valueFrom: {secretKeyRef: {name: {{ $art.existingSecret }}, key: AWS_SECRET_ACCESS_KEY}}
+  valueFrom: {secretKeyRef: {name: {{ $art.existingSecret }}, key: AWS_SECRET_ACCESS_KEY, optional: true}}
 {{- end }}
 {{- if $art.s3EndpointUrl }}
 - name: MLFLOW_S3_ENDPOINT_URL

@@ -5,7 +5,8 @@ The KFP task of a multi-node stage runs this in a small CPU pod: it validates th
 deletes it when the task itself is stopped. The TrainJob's pods run ``torchrun -m parathink.cli stage NAME``;
 the runner joins the processes.
 
-Exit codes follow ``parathink stage``: 0 complete, 2 bad config (nothing created), 1 the TrainJob failed or did not
+Exit codes follow ``parathink stage``: 0 complete, 2 bad config or a Kubeflow Trainer older than v2.2 (nothing
+created; :func:`check_trainer`), 1 the TrainJob failed or did not
 start within ``startup_timeout_s`` (its status carries no exit code, so a failure is retried as exit 1 by the
 component; the stages that run on several nodes have no data-quality gate).
 
@@ -28,6 +29,7 @@ from parathink.logs import log
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 POLL_S = 30  # a TrainJob runs for hours: a status read every 30 s costs the API server nothing worth counting
+TRAINER_MIN_VERSION = "v2.2.0"  # the first Kubeflow Trainer whose TrainJob has spec.runtimePatches
 GET_FAILURES = 5  # consecutive failed status reads (an API server restart) before the launcher gives up
 
 
@@ -80,8 +82,9 @@ class KubeAPI:
         pod = self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
         return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod["metadata"]["uid"]}
 
-    def create(self, manifest: dict) -> dict:
-        return self._call("POST", self.path(manifest), json=manifest)
+    def create(self, manifest: dict, dry_run: bool = False) -> dict:
+        """Create ``manifest``; ``dry_run``: validated, defaulted and pruned by the API server, stored nowhere."""
+        return self._call("POST", self.path(manifest) + ("?dryRun=All" if dry_run else ""), json=manifest)
 
     def get(self, manifest: dict) -> dict:
         return self._call("GET", self.path(manifest, manifest["metadata"]["name"]))
@@ -140,6 +143,21 @@ def wait(api: KubeAPI, manifest: dict, startup_timeout_s: float, poll_s: float =
         time.sleep(poll_s)
 
 
+def check_trainer(api: KubeAPI, manifest: dict) -> None:
+    """Refuse (ConfigError) a Kubeflow Trainer whose TrainJob CRD would drop ``spec.runtimePatches``.
+
+    ``runtimePatches`` came with Trainer v2.2; an older CRD's structural schema prunes the field silently, and the
+    TrainJob's pods would start without the GPU pool's tolerations, /dev/shm and the service account. A dry-run
+    create asks the API server what it would store (the CRD's schema applied, nothing created; the runner's
+    ``create`` on trainjobs is all it needs).
+    """
+    stored = api.create(manifest, dry_run=True).get("spec") or {}
+    if stored.get("runtimePatches") != manifest["spec"]["runtimePatches"]:
+        raise ConfigError(f"Kubeflow Trainer on this cluster drops spec.runtimePatches from TrainJobs (a CRD older "
+                          f"than {TRAINER_MIN_VERSION}); parathink's multi-node stages need Kubeflow Trainer "
+                          f">= {TRAINER_MIN_VERSION}")
+
+
 def launch(api: KubeAPI, manifest: dict, startup_timeout_s: float, poll_s: float = POLL_S) -> int:
     """Create the TrainJob and wait for it; a stopped task (SIGTERM, Ctrl-C) deletes it instead of leaking GPUs."""
     name = manifest["metadata"]["name"]
@@ -185,7 +203,11 @@ def main_trainjob(stage: str, overrides: list[str], api: KubeAPI | None = None, 
         # too, even where the launcher is killed before its SIGTERM handler can run.
         owner = api.pod_reference(p.namespace, os.environ["HOSTNAME"]) if in_pod and "HOSTNAME" in os.environ else None
         _, manifest = objects(plan, stage, owner)
+        check_trainer(api, manifest)
         return launch(api, manifest, p.startup_timeout_s, poll_s)
+    except ConfigError as err:
+        print(f"parathink: error: {err}", file=sys.stderr)
+        return 2
     except KubeError as err:
         print(f"parathink: error: {err}", file=sys.stderr)
         return 1

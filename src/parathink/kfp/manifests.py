@@ -47,7 +47,9 @@ def trainjob_manifest(p: Placement, command: list[str], name: str, owner: dict |
     node = podspec.container(p, name=NODE)
     pod_patch = {"metadata": {"labels": podspec.labels(p)},
                  "spec": podspec.pod_spec(p, [{k: node[k] for k in ("name", "volumeMounts", "securityContext")}])}
-    del pod_patch["spec"]["restartPolicy"]  # the runtime's JobSet decides restarts (torchrun's elastic agent)
+    # Not patchable through runtimePatches (Trainer's schema prunes them): restarts are the JobSet's; the deadline is
+    # the launcher pod's, which deletes this TrainJob when it is stopped.
+    del pod_patch["spec"]["restartPolicy"], pod_patch["spec"]["activeDeadlineSeconds"]
     if command[:1] != ["parathink"]:
         raise ValueError(f"a TrainJob runs `parathink ...` under torchrun, got {command[:2]}")
     metadata = {"name": name, "namespace": p.namespace, "labels": podspec.labels(p)}

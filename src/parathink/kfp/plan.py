@@ -7,7 +7,7 @@ same one-line :class:`ConfigError`. :func:`objects` turns one stage of a plan in
 
 from __future__ import annotations
 
-import posixpath
+import dataclasses
 from dataclasses import dataclass
 
 from parathink import cluster, podspec
@@ -20,12 +20,13 @@ from parathink.errors import ConfigError
 class Plan:
     experiment: str
     seed: int
-    run_dir: str  # the pipeline's run directory (see pipeline_run_dir)
+    run_dir: str  # the pipeline's run directory: parathink.cluster.pod_run_dir's, or as given when no pod can see it
     stages: list[str]
     placements: dict[str, Placement]  # where each stage's `parathink stage` runs
     launchers: dict[str, Placement]  # multi-node stages: the pod that creates the TrainJob and waits for it
     overrides: list[str]  # the user's overrides minus run_dir (the pipeline's one parameter)
     service_account: str  # the profile's; a KFP run takes it at submit time
+    pods_see_run_dir: bool = True  # False: run_dir is a folder on this machine (kfp.local only; submit refuses it)
 
     def task_placement(self, stage: str) -> Placement:
         """Where the KFP task of ``stage`` runs: its own placement, or the launcher's for a multi-node stage."""
@@ -38,29 +39,9 @@ def _launchers(cfg, placements: dict[str, Placement]) -> dict[str, Placement]:
     from omegaconf import OmegaConf
 
     profile = {**OmegaConf.to_container(cfg.cluster, resolve=True), "gpu_stages": [], "stage_overrides": {}}
-    return {s: cluster.placement(profile, s) for s, p in placements.items() if p.nodes > 1}
-
-
-def _is_shared(path: str) -> bool:
-    return "://" in path or path.startswith("/")
-
-
-def pipeline_run_dir(run_dir: str, runs_root: str) -> str:
-    """Where the run directory lives for a pipeline.
-
-    A relative run directory is a folder on one machine; every pod of a cluster has its own disk. When the
-    profile's ``runs_root`` is shared storage (``s3://...``, or an absolute path on the PVC), a relative run_dir
-    goes under it: the default ``runs/<experiment>`` becomes ``<runs_root>/<experiment>``. The local profile
-    (``runs_root: runs``) keeps it as it is.
-    """
-    if _is_shared(run_dir) or not _is_shared(runs_root):
-        return run_dir
-    parts = [p for p in posixpath.normpath(run_dir).split("/") if p not in ("", ".")]
-    if parts and parts[0] == "runs":  # the conventional local root, replaced by the profile's
-        parts = parts[1:]
-    if not parts or ".." in parts:
-        raise ConfigError(f"run_dir: {run_dir!r} does not name a folder under cluster.runs_root {runs_root!r}")
-    return runs_root.rstrip("/") + "/" + "/".join(parts)
+    # The launcher lives as long as the TrainJob it waits for: the stage's own timeout, not a CPU stage's.
+    return {s: dataclasses.replace(cluster.placement(profile, s), timeout_s=p.timeout_s)
+            for s, p in placements.items() if p.nodes > 1}
 
 
 def _key(override: str) -> str:
@@ -80,10 +61,11 @@ def make_plan(overrides: list[str]) -> Plan:
     if not placements:
         raise ConfigError("stages: the pipeline needs at least one enabled stage")
     return Plan(experiment=doc["experiment"], seed=doc["seed"], stages=doc["stages"],
-                run_dir=pipeline_run_dir(doc["run_dir"], doc["cluster"]["runs_root"]),
+                run_dir=doc["pod_run_dir"] or doc["run_dir"],  # kept as given for kfp.local; submit refuses it
                 placements=placements, launchers=_launchers(cfg, placements),
                 overrides=[o for o in overrides if _key(o) != "run_dir"],
-                service_account=next(iter(placements.values())).service_account)
+                service_account=next(iter(placements.values())).service_account,
+                pods_see_run_dir=doc["pod_run_dir"] is not None)
 
 
 def objects(plan: Plan, stage: str, owner: dict | None = None) -> list[dict]:

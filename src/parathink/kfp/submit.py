@@ -27,10 +27,8 @@ def run_name(plan: Plan, now: float | None = None) -> str:
 
 
 def check_shared(plan: Plan) -> None:
-    """A cluster's pods share no disk: the run directory must be object storage or on the profile's PVC."""
-    volume = next(iter(plan.placements.values())).volume
-    on_pvc = volume is not None and plan.run_dir.startswith(volume["mount_path"].rstrip("/") + "/")
-    if "://" not in plan.run_dir and not on_pvc:
+    """A cluster's pods share no disk: the run directory must be one they all see (parathink.cluster.pod_run_dir)."""
+    if not plan.pods_see_run_dir:
         raise ConfigError(f"run_dir: {plan.run_dir!r} is a folder on one machine; a KFP run needs s3://... or a path "
                           "on the profile's volume (set run_dir=, or pick a cluster profile with a shared runs_root)")
 

@@ -10,8 +10,8 @@ compile (``PodNotExpressible``) instead of being dropped. What KFP sets elsewher
   add ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]`` and the RuntimeDefault seccomp profile to
   every task container (kfp-kubernetes' ``set_security_context``), which is what the Pod asks for; ``fsGroup`` has
   no KFP counterpart (the KFP deployment's own default decides a PVC's group);
-- ``startup_timeout_s`` has no per-task counterpart in KFP v2 (``kubernetes.set_timeout`` bounds the whole task,
-  and a GPU stage may train for days).
+- ``startup_timeout_s`` has no per-task counterpart in KFP v2; ``timeout_s`` (the Pod's ``activeDeadlineSeconds``)
+  is KFP's ``kubernetes.set_timeout``, which bounds the whole task.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def place(task: PipelineTask, pod: Mapping[str, Any], display_name: str) -> Pipe
     spec = pod["spec"]
     (container,) = spec["containers"]
     _check(pod["metadata"], {"name", "namespace", "labels"}, "metadata")
-    _check(spec, {"containers", "volumes", "nodeSelector", "tolerations", "securityContext"} | SPEC_BY_RUN, "spec")
+    _check(spec, {"containers", "volumes", "nodeSelector", "tolerations", "securityContext", "activeDeadlineSeconds"}
+           | SPEC_BY_RUN, "spec")
     _check(container, {"image", "imagePullPolicy", "env", "resources", "volumeMounts", "securityContext"}
            | SET_BY_KFP, "container")
     task.set_display_name(display_name)
@@ -105,6 +106,7 @@ def place(task: PipelineTask, pod: Mapping[str, Any], display_name: str) -> Pipe
     _environment(task, container.get("env") or [])
     _storage(task, spec.get("volumes") or [], container.get("volumeMounts") or [])
     _security(task, spec["securityContext"], container["securityContext"])
+    kubernetes.set_timeout(task, spec["activeDeadlineSeconds"])  # the pod's activeDeadlineSeconds
     # KFP keys its cache on parameter strings, not on the data behind run_dir: a rerun would be a stale hit.
     task.set_caching_options(enable_caching=False)
     return task

@@ -480,7 +480,13 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
         "stages": names,
         "cluster": {"name": str(cfg.cluster.name), "accelerator": str(cfg.cluster.accelerator),
                     "runs_root": str(cfg.cluster.runs_root)},
+        # Where every pod of a cluster finds the run directory, or null when none can (parathink.cluster.pod_run_dir).
+        "pod_run_dir": cluster.pod_run_dir(str(cfg.run_dir), str(cfg.cluster.runs_root),
+                                           next(iter(placements.values())).volume if placements else None),
         "placement": {n: p.to_dict() for n, p in placements.items()},
+        # What this installation can run itself: an orchestrator refuses a local executor that would fail an hour
+        # in (the orchestrator image's parathink plans only: no torch, no kfp).
+        "runtime": {m: importlib.util.find_spec(m) is not None for m in ("torch", "kfp")},
         # Each stage's Pod without its command (the orchestrator adds it): Airflow's pod template (parathink.podspec).
         "pods": {n: podspec.pod(p) for n, p in placements.items()},
         "tracking": {k: (redact_text(str(t.get(k))) if t.get(k) is not None else None)
