@@ -18,12 +18,14 @@ def _rows(n=12, **overrides):
              **overrides} for i in range(1, n + 1)]
 
 
-def _gate(tmp_path, stage, rows, metrics=PROBE, *overrides):
+def _gate(tmp_path, stage, rows, metrics=PROBE, *overrides, planned=None):
+    """The gate's checks of ``rows``; the stage configured for ``planned`` steps (default: as many as logged)."""
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = GateInput(stage=stage, folder=tmp_path, gate_dir=tmp_path / "_gates", metrics=dict(metrics),
                     output_hash="h", seed=0, cache_dir=tmp_path / ".gates", input_hash=lambda s: None,
                     resolve_input=lambda s: tmp_path / s)
-    checks = rl_gate(compose(["experiment=tiny", f"run_dir={tmp_path}", *overrides]), stage, out)
+    steps = f"{stage}.steps={planned or len(rows)}"
+    checks = rl_gate(compose(["experiment=tiny", f"run_dir={tmp_path}", steps, *overrides]), stage, out)
     return {c.name: (c.observed, c.passed) for c in checks}
 
 
@@ -32,6 +34,12 @@ def test_a_healthy_stage_passes(tmp_path):
     assert got == {"steps": (12, True), "nonfinite_steps": (0, True), "probe_reward_end": (0.32, True),
                    "probe_reward_end_vs_start": (0.32, True), "parallel_rate": (pytest.approx(0.95), True),
                    "kl": (None, None)}  # kl_coef=0: no reference model, nothing to bound
+
+
+def test_a_stage_cut_short_by_the_safety_stop_fails(tmp_path):
+    """A stage is its configured steps: fewer (max_minutes stopped it on a loaded host) fail the gate."""
+    assert _gate(tmp_path, "grpo_baseline", _rows(26), planned=100)["steps"] == (26, False)
+    assert _gate(tmp_path, "grpo_baseline", _rows(100), planned=100)["steps"] == (100, True)
 
 
 def test_a_nan_loss_or_a_skipped_step_fails(tmp_path):

@@ -72,6 +72,17 @@ def test_nan_rewards_skip_steps_then_stop(tiny_checkpoint, tmp_path):
     assert [r["skipped_nan"] for r in rows] == [1.0, 1.0, 1.0]
 
 
+def test_a_stage_runs_its_steps_and_the_safety_stop_says_when_it_cuts_them(tiny_checkpoint, tmp_path, capsys):
+    """A stage is its `steps` steps; max_minutes only stops a runaway one, and then says so (the gate fails on it)."""
+    _, full = train_standalone(rl_cfg(steps=3, max_minutes=60), tmp_path / "full", tiny_checkpoint)
+    assert (full["steps"], full["planned_steps"]) == (3, 3)
+    assert "cut RL short" not in capsys.readouterr().err
+    _, cut = train_standalone(rl_cfg(steps=3, max_minutes=1e-9), tmp_path / "cut", tiny_checkpoint)
+    assert (cut["steps"], cut["planned_steps"]) == (1, 3)
+    assert ("rl_test: WARNING: the safety stop rl_test.max_minutes=1e-09 cut RL short at step 1 of 3"
+            in capsys.readouterr().err)
+
+
 def test_budget_smaller_than_the_prompt_fails_before_any_rollout(tiny_checkpoint, tmp_path):
     with pytest.raises(ConfigError, match=r"rl_test.token_budget=10: smaller than the prompt of problem"):
         train_standalone(rl_cfg(token_budget=10), tmp_path, tiny_checkpoint)

@@ -2,6 +2,7 @@
 
 Read from the stage's ``metrics.jsonl`` (one line per step) and its manifest metrics (the start/end probe of
 ``training.rl``); no model is loaded:
+- every configured step ran (``steps``): the ``max_minutes`` safety stop did not cut RL short;
 - no step with a non-finite loss or reward (each such step was skipped: the stage trained on less than it says);
 - the probe reward not collapsed: at the end at least ``min_probe_reward`` (the Parallel-R1 rewards lie in
   [-1, 1.2]; -1 is every rollout wrong or unformatted, what an RL stage after an undertrained SFT sees for its whole
@@ -17,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from parathink.quality.expectations import Expectation, at_least, at_most, not_applicable
+from parathink.quality.expectations import Expectation, at_least, at_most, equals, not_applicable
 from parathink.quality.gate import GateInput, gate_section
 
 KEYS = {"max_nonfinite_steps": "count", "min_probe_reward": "number?", "max_probe_reward_drop": "non_negative?",
@@ -76,6 +77,14 @@ def _kl_check(rows: list[dict], rl, g: dict) -> Expectation:
     return at_most("kl", _tail_mean(rows, "kl", g["window"]), g["max_kl"], f"last {min(g['window'], len(rows))} steps")
 
 
+def _steps_check(rows: list[dict], rl, stage: str) -> Expectation:
+    """Every configured step ran: a stage is its ``steps`` steps, so a run cut short by the ``max_minutes``
+    safety stop is a smaller stage than the config promises, and is not published as the stage."""
+    short = len(rows) < rl.steps
+    return equals("steps", len(rows), rl.steps,
+                  f"the safety stop {stage}.max_minutes={rl.max_minutes} cut RL short" if short else "")
+
+
 def rl_gate(cfg, stage: str, out: GateInput) -> list[Expectation]:
     from omegaconf import OmegaConf
 
@@ -84,6 +93,6 @@ def rl_gate(cfg, stage: str, out: GateInput) -> list[Expectation]:
     g = gate_section(cfg, stage)
     rl = RLConfig.from_cfg(OmegaConf.to_container(cfg[stage], resolve=True), stage)
     rows = read_steps(out.folder / "metrics.jsonl")
-    return [at_least("steps", len(rows), 1),
+    return [_steps_check(rows, rl, stage),
             at_most("nonfinite_steps", nonfinite_steps(rows), g["max_nonfinite_steps"], "NaN loss or reward"),
             *_reward_checks(out.metrics, g), _parallel_check(rows, rl, g), _kl_check(rows, rl, g)]

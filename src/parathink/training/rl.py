@@ -50,6 +50,7 @@ import torch
 
 from parathink import distributed, storage
 from parathink.errors import ConfigError
+from parathink.logs import log
 from parathink.training import rl_checkpoint
 from parathink.training.losses import NORMALISERS, grpo_loss
 from parathink.training.rl_config import RLConfig
@@ -84,9 +85,9 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     start, nan_run = resume(run, work, metrics_path, procs)
     ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k not in ("enabled", "gate")})
 
-    began = time.perf_counter()
     probe, probe_start = start_probe(run, cfg, grammar, work, ctx.seed, resumed=start > 0, procs=procs)
-    step = start
+    began = time.perf_counter()  # the safety stop times the steps only, not the probes
+    step, cut = start, False
     for step in range(start + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         local = sample_my_share(run, cfg, grammar, step, ctx.seed, procs)
@@ -105,18 +106,25 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
             raise TrainingDiverged(f"{stage}: {nan_run} steps in a row skipped (last at step {step}: {skipped}); "
                                    f"stopping (max_nan_steps={cfg.max_nan_steps}). Lower {stage}.lr or check the "
                                    f"rewards.")
-        # The wall-clock cap: publish what we have (the summary's `steps` says how far we got). Processes agree,
-        # or one would wait forever for the others' next step.
-        if procs.any(bool(cfg.max_minutes) and time.perf_counter() - began >= 60 * cfg.max_minutes):
+        # The safety stop, not a budget: a stage is its `steps` steps, whatever the machine's load. Crossing
+        # max_minutes publishes what we have, says so loudly, and the RL gate fails on the missing steps
+        # (parathink.quality.rl_gate). Processes agree, or one would wait forever for the others' next step.
+        if step < cfg.steps and procs.any(bool(cfg.max_minutes) and
+                                          time.perf_counter() - began >= 60 * cfg.max_minutes):
+            cut = True
             break
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             rl_checkpoint.save(run.accelerator, work, step, {"nan_run": nan_run})
 
     procs.barrier()
+    if cut and procs.is_main:
+        log(f"{stage}: WARNING: the safety stop {stage}.max_minutes={cfg.max_minutes} cut RL short at step {step} "
+            f"of {cfg.steps}; the stage's gate fails (raise {stage}.max_minutes, or set it to 0 for no stop)")
     probe_end = run_probe(run.engine, probe, cfg, grammar, ctx.seed, procs) if probe else []
     if not procs.is_main:
         return {}
     summary = publish(run, Path(ctx.out_dir), metrics_path)
+    summary["planned_steps"] = float(cfg.steps)
     if probe:
         summary.update(probe_summary(probe_start, probe_end, run.reward_fn, grammar, step))
     summary["processes"] = float(procs.size)

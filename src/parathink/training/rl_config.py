@@ -52,7 +52,7 @@ class RLConfig:
     num_paths: int = 2  # paths forked per block in structured mode (Parallel-R1's public code: 2)
 
     # --- rollouts ---
-    steps: int = 300  # optimiser steps, each on fresh rollouts (max_minutes may stop earlier)
+    steps: int = 300  # optimiser steps, each on fresh rollouts: the stage's length, whatever the machine's load
     prompts_per_step: int = 16  # problems per step, group_size rollouts each; split evenly over the processes
     group_size: int = 8  # rollouts per problem, GRPO's G: >= 2, larger = a better baseline, slower steps
     # Tokens per rollout, the prompt included and every path counted; the engine closes open tags past it. The tiny
@@ -89,7 +89,9 @@ class RLConfig:
     # --- robustness and bookkeeping ---
     max_nan_steps: int = 3  # consecutive steps with a NaN loss or reward (each skipped) before training stops
     checkpoint_every: int = 25  # steps between resumable checkpoints in the work dir; smaller = less lost on a kill
-    max_minutes: float = 0.0  # wall-clock cap, the start probe included: stop after the step that crosses it; 0 = none
+    # Safety stop on the steps' wall-clock time (the probes not counted), not a budget: a stage that crosses it
+    # publishes what it has, warns, and fails its gate (fewer steps than `steps`); 0 = none.
+    max_minutes: float = 0.0
     # Training problems sampled (group_size each, one fixed seed) by the start and the final policy, so the stage
     # reports its training reward before and after on the same problems and draws; 0 = off.
     probe_prompts: int = 0
