@@ -7,6 +7,7 @@ the step (advantages per group, drops), then ``step_metrics`` for the tracker.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -51,14 +52,18 @@ def problems_for_step(n_problems: int, per_step: int, step: int, seed: int) -> l
 
     Being pure is what makes resume exact: step s draws the same problems whether or not the run was killed.
     """
-    out: list[int] = []
     start = (step - 1) * per_step
-    for pos in range(start, start + per_step):
-        epoch, offset = divmod(pos, n_problems)
-        order = list(range(n_problems))
-        random.Random(f"{seed}:{epoch}").shuffle(order)
-        out.append(order[offset])
-    return out
+    return [_epoch_order(n_problems, seed, pos // n_problems)[pos % n_problems]
+            for pos in range(start, start + per_step)]
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(n_problems: int, seed: int, epoch: int) -> tuple[int, ...]:
+    """One epoch's seeded shuffle, made once: shuffling 20,000 problems for each of a step's 16 draws cost 0.1-0.2 s
+    a step, a tenth of grpo_baseline's."""
+    order = list(range(n_problems))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return tuple(order)
 
 
 def score(group: int, sample: Any, text: str, gold: Any, grammar: str,
