@@ -1,0 +1,28 @@
+# `make images`: the trainer (CPU variant), orchestrator and mlflow images, plus the stand-ins of the managed
+# services the local cluster needs (postgres, s3), built with podman (images/build.sh). Each is tagged
+# localhost/parathink/NAME:<package version>, :<git commit> and :latest; one line per image gives its ID, digest,
+# size and build time. Where no registry can be reached (this machine), the Python base and the official Airflow
+# image are offline stand-ins (images/offline/). Layers are cached in podman's store (/var/lib/containers),
+# outside the checkout: a machine builds them once, a later `make images` rebuilds only what changed.
+# The CUDA trainer needs nvidia/cuda and a GPU-less build still pulls from registries: `make image-trainer-cuda`
+# on a machine with registry access (docs/deploy.md).
+
+IMAGES ?= trainer-cpu orchestrator mlflow postgres s3
+# runc and explicit ulimits (images/offline/containers.conf says why); every podman call of make reads it.
+export CONTAINERS_CONF := $(CURDIR)/images/offline/containers.conf
+PODMAN_PACKAGES := podman buildah runc fuse-overlayfs slirp4netns uidmap mmdebstrap
+
+.PHONY: images image-trainer-cuda podman
+
+images: podman
+	nice -n 10 bash images/build.sh $(IMAGES)
+
+image-trainer-cuda: podman
+	bash images/build.sh trainer
+
+podman:
+	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null || { apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(PODMAN_PACKAGES) >/dev/null; }
+
+# tests/e2e/test_images_built.py runs them (tagged, no pip configuration in a layer, mlflow's default command).
+TEST_DEPS += images
