@@ -38,9 +38,12 @@ def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_k
             previous >> current
             previous = current
             stages.append(current)
-        # The whole pipeline's stages one after another: each bounded by the stage ceiling.
-        kubeflow = task(task_id="kubeflow", trigger_rule=TriggerRule.NONE_FAILED, retries=0,
-                        execution_timeout=timedelta(seconds=tasks.MAX_TIMEOUT_S * len(SLOTS)))(tasks.kubeflow)(run)
+        # A sensor in reschedule mode: the pipeline may run for days without holding a worker; its wait is bounded
+        # by the stages' ceiling end to end, each poke by a minute's work.
+        kubeflow = task.sensor(task_id="kubeflow", trigger_rule=TriggerRule.NONE_FAILED, retries=0,
+                               mode="reschedule", poke_interval=tasks.KFP_POKE_S,
+                               timeout=tasks.MAX_TIMEOUT_S * len(SLOTS),
+                               execution_timeout=timedelta(minutes=10))(tasks.kubeflow)(run)
         promote = task(task_id="promote", **STAGE_TASK)(tasks.promote)(run)
         previous >> kubeflow
         # promote, the one leaf, waits on every stage: a failed one anywhere makes it upstream_failed, which

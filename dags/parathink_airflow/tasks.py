@@ -34,6 +34,8 @@ MAX_RETRIES = int(os.environ.get("PARATHINK_MAX_RETRIES", "5"))
 # so it fires only for what the pod's cannot stop (a lost worker, a local stage). 4 days by default.
 MAX_TIMEOUT_S = int(os.environ.get("PARATHINK_MAX_TIMEOUT_S", str(4 * 86400)))
 KFP_HOST_VARIABLE = "parathink_kfp_host"
+KFP_NO_SUCH_RUN, KFP_STILL_RUNNING = 2, 75  # `parathink kfp status` exit codes (parathink.kfp.submit)
+KFP_POKE_S = 300  # a pipeline runs for hours or days: its state read every 5 minutes
 
 
 class StageFailed(AirflowException):
@@ -80,6 +82,7 @@ def plan(dated_runs: bool) -> dict:
                     form.seed if form.seed is not None else int(when.strftime("%Y%m%d")))
     except (FormError, ChainError, local.PlanRefused, local.CommandMissing) as err:
         raise AirflowFailException(str(err)) from None
+    run["kfp_run_name"] = f"{ctx['dag'].dag_id} {run_name(dag_run.run_id)}"  # one KFP run per DAG run, for every poke
     log.info("run directory %s, executor %s, stages %s%s", run["run_dir"], run["executor"],
              " -> ".join(run["stages"]) or "(none)", " -> promote" if run["promote"] else "")
     _skip_unused(ctx, run)
@@ -169,16 +172,35 @@ def stage(run: Mapping[str, Any], slot: str) -> None:
     _call(name, run, in_pod=run["executor"] == "kubernetes")
 
 
-def kubeflow(run: Mapping[str, Any]) -> None:
-    """``executor=kfp``: ``parathink kfp submit --wait``, the run's stages as one Kubeflow pipeline."""
+def kubeflow(run: Mapping[str, Any]) -> bool:
+    """``executor=kfp``: the run's stages as one Kubeflow pipeline, followed without holding a worker.
+
+    A sensor in reschedule mode (the factory): each poke is one short ``parathink kfp status`` call; the first one
+    finds no run of this DAG run's name and submits it (``parathink kfp submit --run-name``, which a retry cannot
+    submit twice). Between pokes the task gives its worker slot back. True ends the wait; a failed pipeline fails.
+    """
     if run["executor"] != "kfp":
         raise AirflowSkipException(f"executor={run['executor']}: the stages ran as their own tasks")
-    # Waits at most the stages' own timeouts end to end (each KFP task is bounded by its stage's timeout_s).
-    budget = sum(p["timeout_s"] for s, p in run["placement"].items() if s in run["stages"])
-    argv = ["kfp", "submit", "--host", kfp_host(), "--wait", "--timeout", str(budget),
-            f"stages=[{','.join(run['stages'])}]", *run["args"]]
-    done = _local(argv)
+    endpoint = ["--host", kfp_host(), *kfp_auth(), "--run-name", run["kfp_run_name"]]
+    done = _local(["kfp", "status", *endpoint])
+    if done.code == KFP_NO_SUCH_RUN:
+        done = _local(["kfp", "submit", *endpoint, f"stages=[{','.join(run['stages'])}]", *run["args"]])
+        _raise_for_exit("kubeflow", done.code, done.last(), {"retries": 0, "retry_backoff_s": 0})
+        return False
+    if done.code == KFP_STILL_RUNNING:
+        return False
     _raise_for_exit("kubeflow", done.code, done.last(), {"retries": 0, "retry_backoff_s": 0})
+    return True
+
+
+def kfp_auth() -> list[str]:
+    """The KFP profile namespace and token file of this deployment (Airflow Variables or the environment)."""
+    out = []
+    for flag, variable, env in (("--namespace", "parathink_kfp_namespace", "PARATHINK_KFP_NAMESPACE"),
+                                ("--token-file", "parathink_kfp_token_file", "PARATHINK_KFP_TOKEN_FILE")):
+        value = Variable.get(variable, default=None) or os.environ.get(env)
+        out += [flag, value] if value else []
+    return out
 
 
 def promote(run: Mapping[str, Any]) -> None:

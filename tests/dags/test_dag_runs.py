@@ -141,9 +141,10 @@ def test_executor_kfp_hands_the_stages_to_one_kubeflow_pipeline(runs):
     assert kfp["tasks"]["kubeflow"] == {"state": "failed", "try_number": 1}
     assert states(kfp)["promote"] == "upstream_failed" and kfp["state"] == "failed"
     host = f"http://127.0.0.1:{KFP_PORT}"
-    # --timeout: the two stages' timeout_s (hydra_conf/cluster/local.yaml) end to end
-    assert (f"$ parathink kfp submit --host {host} --wait --timeout 43200 'stages=[teacher,filter]' experiment=tiny "
-            f"run_dir=s3://parathink/runs/k seed=0 {' '.join(CHEAP)}") in log
+    # A sensor (reschedule mode): each poke asks for the DAG run's KFP run by name; here the endpoint is down.
+    name = kfp["plan"]["kfp_run_name"]
+    assert name.startswith("parathink_curriculum ")
+    assert f"$ parathink kfp status --host {host} --run-name '{name}'" in log
     assert f"parathink: error: KFP endpoint {host}" in log  # parathink's own one line, in the task log
 
 

@@ -65,7 +65,7 @@ def test_everything_listens_on_loopback_only(cluster):
 
 def test_chart_installs_server_side(cluster, chart_installed):
     kinds = sorted(o["kind"] for o in chart_installed)
-    assert kinds == ["Deployment", "NetworkPolicy", "NetworkPolicy", "Role", "Role", "RoleBinding", "RoleBinding",
+    assert kinds == ["Deployment", *["NetworkPolicy"] * 5, "Role", "Role", "RoleBinding", "RoleBinding",
                      "Service", "ServiceAccount", "ServiceAccount"]
     deployment = client.AppsV1Api(cluster.api).read_namespaced_deployment("parathink-mlflow", NAMESPACE)
     assert deployment.spec.template.spec.security_context.run_as_non_root is True

@@ -3,7 +3,7 @@ run and follow it, on 127.0.0.1, keeping what it was sent.
 
 Why not the real one: the KFP API server is a Go service that needs MySQL (or PostgreSQL), object storage and a
 Kubernetes cluster with Argo Workflows; no Go module proxy or image registry is reachable here to build or pull it.
-This server answers only the calls the submit path makes (healthz, list/create experiment, create/get run), in the
+This server answers only the calls the submit path makes (healthz, list/create experiment, list/create/get run), in the
 shapes of KFP's v2beta1 API (backend/api/v2beta1/*.proto), and plays the run to ``final_state``.
 """
 
@@ -27,6 +27,7 @@ class JsonServer:
 
     def __init__(self, route: Route):
         self.calls: list[tuple[str, str]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(route))
         self.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -40,7 +41,7 @@ class JsonServer:
         self._server.server_close()
 
     def _handler(self, route: Route):
-        calls = self.calls
+        calls, authorizations = self.calls, self.authorizations
 
         class Handler(BaseHTTPRequestHandler):
             def _serve(self) -> None:
@@ -48,6 +49,7 @@ class JsonServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else {}
                 calls.append((self.command, url.path))
+                authorizations.append(self.headers.get("Authorization"))
                 status, payload = route(self.command, url.path, parse_qs(url.query), body)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -86,6 +88,15 @@ class KfpApiServer(JsonServer):
         self.experiments.append(experiment)
         return experiment
 
+    def list_runs(self, query: dict) -> dict:
+        """KFP's filter is protobuf JSON: it takes a predicate's value as string_value or stringValue."""
+        wanted = None
+        if "filter" in query:
+            predicates = json.loads(query["filter"][0])["predicates"]
+            wanted = {p.get("string_value", p.get("stringValue")) for p in predicates if p["key"] == "display_name"}
+        found = [self.get_run(r["run_id"]) for r in self.runs.values() if wanted is None or r["display_name"] in wanted]
+        return {"runs": found, "total_size": len(found)} if found else {}
+
     def create_run(self, body: dict) -> dict:
         run = {**body, "run_id": str(uuid.uuid4()), "state": "PENDING"}
         self.runs[run["run_id"]] = run
@@ -105,8 +116,8 @@ class KfpApiServer(JsonServer):
             return 200, {"multi_user": False}
         if path == f"{PREFIX}/experiments":
             return 200, self.list_experiments(query) if method == "GET" else self.create_experiment(body)
-        if method == "POST" and path == f"{PREFIX}/runs":
-            return 200, self.create_run(body)
+        if path == f"{PREFIX}/runs":
+            return 200, self.create_run(body) if method == "POST" else self.list_runs(query)
         if method == "GET" and path.startswith(f"{PREFIX}/runs/"):
             run = self.get_run(path.rsplit("/", 1)[1])
             return (200, run) if run else (404, {"error": "run not found", "code": 5})

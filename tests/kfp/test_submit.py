@@ -67,3 +67,23 @@ def test_an_unreachable_endpoint_is_one_line_and_exit_1(capsys):
     assert main(["kfp", "submit", "--host", "http://127.0.0.1:9", *CHEAP, S3_RUN]) == 1  # the discard port
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("parathink: error: KFP endpoint http://127.0.0.1:9: ")
+
+
+def test_namespace_and_token_file_are_sent_and_a_named_run_is_submitted_once(tmp_path, capsys):
+    token = tmp_path / "token"
+    token.write_text("sa-token-1\n")
+    auth = ["--namespace", "team-a", "--token-file", str(token), "--run-name", "parathink_nightly 2026-12-03"]
+    with KfpApiServer(final_state="RUNNING") as api:
+        assert _submit(api, *auth, *CHEAP, S3_RUN) == 0
+        assert _submit(api, *auth, *CHEAP, S3_RUN) == 0  # an orchestrator's retry: the run is there already
+        assert main(["kfp", "status", "--host", api.url, *auth]) == 75  # still going
+        api.final_state = "FAILED"
+        assert main(["kfp", "status", "--host", api.url, *auth]) == 1
+        api.final_state = "SUCCEEDED"
+        assert main(["kfp", "status", "--host", api.url, *auth]) == 0
+        with_token = list(api.authorizations)
+        assert main(["kfp", "status", "--host", api.url, "--run-name", "other"]) == 2
+    (run,) = api.runs.values()
+    assert run["display_name"] == "parathink_nightly 2026-12-03"
+    assert set(with_token) == {"Bearer sa-token-1"}  # every call made with --token-file carries it
+    assert "not submitted again" in capsys.readouterr().err
