@@ -53,7 +53,7 @@ def test_plan_prints_stages_and_placement_as_json(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["stages"] == ["base", "teacher", "filter", "sft", "rl_easy", "rl_hard", "eval"]
     assert doc["run_dir"] == "s3://parathink-runs/x" and doc["seed"] == 3 and doc["cluster"]["name"] == "gpu"
-    assert doc["placement"]["rl_hard"]["gpus_per_node"] == 8 and not doc["placement"]["base"]["gpu"]
+    assert doc["placement"]["rl_hard"]["gpus_per_node"] == 8 and not doc["placement"]["filter"]["gpu"]
     assert doc["tracking"]["backend"] == "mlflow"
 
 
@@ -86,3 +86,21 @@ def test_one_rule_for_where_pods_find_the_run_directory(run_dir, runs_root, volu
 def test_a_relative_run_dir_that_leaves_runs_root_is_refused():
     with pytest.raises(ConfigError, match=r"run_dir: '../x' does not name a folder under cluster.runs_root"):
         cluster.pod_run_dir("../x", "s3://b/r", None)
+
+
+def test_every_stage_that_loads_the_model_is_on_the_gpu_pool_with_shm_sized_per_kind():
+    cfg = compose(["experiment=parallel_r1_seen"])
+    plan = cluster.plan(cfg, [*cfg.stages, "promote"])
+    assert {s for s, p in plan.items() if not p.gpu} == {"filter", "promote"}  # base loads Qwen3-4B and probes
+    assert plan["base"].resources == {"cpu": "32", "memory": "256Gi"}
+    assert (plan["sft"].shm_size, plan["filter"].shm_size) == ("64Gi", "1Gi")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("cluster.shm_size={gpu: 64Gi, cpu: 8Gi}", r"cluster.shm_size.cpu: 8Gi is not below the cpu pods' memory 8Gi"),
+    ("cluster.shm_size=300Gi", r"cluster.shm_size: 300Gi is not below the gpu pods' memory 256Gi"),
+])
+def test_a_shm_that_the_pods_memory_cannot_hold_is_refused(override, message):
+    cfg = compose(["experiment=parallel_r1_seen", override])
+    with pytest.raises(ConfigError, match=message):
+        cluster.plan(cfg, ["sft", "filter"])

@@ -152,6 +152,32 @@ def _secrets(value: Any, where: str) -> list[SecretRef]:
     return out
 
 
+BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 10**-3}
+
+
+def quantity_bytes(text: str) -> float:
+    """A (valid) Kubernetes quantity as a number: ``8Gi`` -> 8589934592."""
+    number, _, suffix = QUANTITY.match(text).groups()
+    return float(number) * (BINARY.get(suffix) or DECIMAL.get(suffix) or 1)
+
+
+def _shm(value: Any, kind: str, resources: Mapping) -> str:
+    """``shm_size`` for this kind of stage: one quantity for both, or ``{gpu: ..., cpu: ...}``. A memory-backed
+    /dev/shm counts against the pod's memory limit, so one at or above it is a placement that cannot work."""
+    where = f"cluster.shm_size.{kind}" if isinstance(value, Mapping) else "cluster.shm_size"
+    if isinstance(value, Mapping):
+        if kind not in value:
+            raise ConfigError(f"{where}: missing (shm_size is one quantity or {{gpu: ..., cpu: ...}})")
+        value = value[kind]
+    shm = _quantity(value, where)
+    memory = resources.get("memory") if isinstance(resources, Mapping) else None
+    if memory and QUANTITY.match(str(memory)) and quantity_bytes(shm) >= quantity_bytes(str(memory)):
+        raise ConfigError(f"{where}: {shm} is not below the {kind} pods' memory {memory} (a memory-backed /dev/shm "
+                          "counts against it)")
+    return shm
+
+
 def _volume(value: Any, where: str) -> dict[str, str] | None:
     if value is None:
         return None
@@ -224,7 +250,7 @@ def placement(cfg, stage: str) -> Placement:
         image_pull_policy=pull,
         namespace=str(_get(p, "namespace", w)),
         service_account=str(_get(p, "service_account", w)),
-        shm_size=_quantity(_get(p, "shm_size", w), f"{w}.shm_size"),
+        shm_size=_shm(_get(p, "shm_size", w), kind, mine.get("resources", resources[kind])),
         env=_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME),
         secrets=_secrets(_get(p, "secrets", w) or {}, f"{w}.secrets"),
         volume=_volume(_get(p, "volume", w), f"{w}.volume"),
