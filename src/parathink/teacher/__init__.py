@@ -9,7 +9,7 @@ Every backend has ``generate(problems) -> Iterator[record]``, yielding each prob
 | self      | the model's own K sampled solutions + a voting summary   | a model (default: the base stage) |
 | hf        | a transformers model, zero-shot teacher prompt           | a model                           |
 | openai    | any OpenAI-compatible endpoint (vLLM server, hosted API) | a reachable endpoint              |
-| vllm      | vLLM's offline engine                                    | a GPU and the vllm package        |
+| vllm      | vLLM's offline engine, in vLLM's own venv (a subprocess) | its python: PARATHINK_VLLM_PYTHON |
 """
 
 from parathink.teacher.openai_http import TeacherUnavailable
