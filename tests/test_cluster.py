@@ -1,6 +1,7 @@
 """Placement from the cluster profiles, and `parathink plan` (what Airflow and Kubeflow read)."""
 
 import json
+import re
 
 import pytest
 
@@ -104,3 +105,26 @@ def test_a_shm_that_the_pods_memory_cannot_hold_is_refused(override, message):
     cfg = compose(["experiment=parallel_r1_seen", override])
     with pytest.raises(ConfigError, match=message):
         cluster.plan(cfg, ["sft", "filter"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # one GPU of 24 GiB: bf16 weights plus unsharded gradients and Adam states of 4B parameters do not fit
+    (["cluster.gpus_per_node=1", "cluster.gpu_memory=24Gi"],
+     r"cluster: sft cannot hold the model: 4.0B parameters in bfloat16 need about 59.9 GiB per GPU on 1 GPUs "
+     r"\(weights, gradients and Adam states\), cluster.gpu_memory 24Gi leaves 21.6 GiB"),
+    # the base stage back on a 2-CPU/8Gi pod (what the GPU profile did before): the weights alone do not fit
+    (["cluster.gpu_stages=[teacher,sft]"],
+     r"cluster: base cannot hold the model: .* need about 7.5 GiB in a CPU pod \(weights\), its pod's memory 8Gi"),
+])
+def test_plan_refuses_a_placement_that_cannot_hold_the_model(overrides, message, capsys):
+    assert cli.main(["plan", "experiment=parallel_r1_seen", *overrides]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert re.search(message, line), line
+
+
+def test_every_gpu_experiment_fits_the_gpu_profile_and_eight_gpus_share_the_optimizer():
+    for experiment in ("parallel_r1_seen", "parallel_r1_unseen_s1", "npr", "parathinker", "scaffold", "grpo_baseline"):
+        cfg = compose([f"experiment={experiment}"])
+        cluster.plan(cfg, [*cfg.stages, "promote"])  # raises when a placement cannot hold the model
+    cfg = compose(["experiment=parallel_r1_seen", "cluster.gpu_memory=24Gi"])
+    cluster.plan(cfg, ["sft"])  # 7.5 GiB of weights + 52 GiB of states / 8 GPUs = 14 GiB: fits a 24 GiB GPU

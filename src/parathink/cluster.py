@@ -266,9 +266,54 @@ def placement(cfg, stage: str) -> Placement:
 
 
 def plan(cfg, stages: list[str]) -> dict[str, Placement]:
-    """{stage: placement} for ``stages``, in order."""
+    """{stage: placement} for ``stages``, in order; with a composed root config, refused (ConfigError) when a
+    placement cannot hold the model (:func:`check_memory`)."""
     p = _profile_dict(cfg)
-    return {stage: placement(p, stage) for stage in stages}
+    placements = {stage: placement(p, stage) for stage in stages}
+    model = cfg.get("model") if hasattr(cfg, "get") and "cluster" in cfg else None
+    if model is not None:
+        check_memory(model, p.get("gpu_memory"), placements)
+    return placements
+
+
+# Stages that load the run's model (filter and promote do not); of those, the ones that train it.
+LOADS_MODEL = ("base", "teacher", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline", "eval")
+TRAINS_MODEL = ("sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
+HEADROOM = 0.9  # of a GPU's or a pod's memory: the rest is for activations, the KV cache, the CUDA context
+HALF = ("bfloat16", "float16")
+
+
+def check_memory(model: Mapping, gpu_memory: Any, placements: Mapping[str, Placement]) -> None:
+    """Refuse a placement that cannot hold the model (``model.params``; a model config without it is not checked).
+
+    The estimate is the model's states, a floor of what a stage needs: weights (2 bytes a parameter in bf16, 4 in
+    fp32) wherever the stage loads the model; for a training stage on GPUs also gradients and Adam's fp32 master
+    weights and moments (``2 + 12`` bytes a parameter), sharded over all the stage's GPUs as ZeRO-2 shards them.
+    A GPU stage is checked against ``cluster.gpu_memory`` (per GPU), a CPU stage against its pod's memory.
+    """
+    params = model.get("params")
+    if not params:
+        return
+    width = 2 if str(model.get("dtype")) in HALF else 4
+    weights = float(params) * width
+    for stage, p in placements.items():
+        if stage not in LOADS_MODEL:
+            continue
+        if p.gpu and gpu_memory:
+            gpus = p.gpus_per_node * p.nodes
+            need = weights + (float(params) * (width + 12) / gpus if stage in TRAINS_MODEL else 0)
+            have, what = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory")), f"cluster.gpu_memory {gpu_memory}"
+            where = f"per GPU on {gpus} GPUs"
+        elif not p.gpu and "memory" in p.resources:
+            need, have, what = weights, quantity_bytes(p.resources["memory"]), f"its pod's memory {p.resources['memory']}"
+            where = "in a CPU pod"
+        else:
+            continue
+        if need > HEADROOM * have:
+            raise ConfigError(f"cluster: {stage} cannot hold the model: {float(params) / 1e9:.1f}B parameters in "
+                              f"{model.get('dtype')} need about {need / 2**30:.1f} GiB {where} (weights"
+                              f"{', gradients and Adam states' if p.gpu and stage in TRAINS_MODEL else ''}), "
+                              f"{what} leaves {HEADROOM * have / 2**30:.1f} GiB")
 
 
 def _on_volume(path: str, volume: Mapping[str, str] | None) -> bool:
