@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lr", type=float, default=2e-5, help="reference arm")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "rl_ablation.jsonl")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # overrides may follow the options
     if args.arm == "table":
         print(table(args.out))
         return
