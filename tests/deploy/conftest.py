@@ -26,8 +26,11 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def chart_installed(cluster) -> list[dict]:
     """The chart with its default values (the pool of gpu.yaml) installed in its namespace; returns its objects."""
-    for ns in (NAMESPACE, ORCHESTRATOR_NS):
-        cluster.core.create_namespace({"metadata": {"name": ns}})
+    # docs/deploy.md's day one labels parathink's namespace for Pod Security "restricted". This 1.20 API server has no
+    # PodSecurity admission (1.23+), so the label is inert here; tests/pod_security.py checks the profile instead.
+    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+    for ns, labels in ((NAMESPACE, restricted), (ORCHESTRATOR_NS, {})):
+        cluster.core.create_namespace({"metadata": {"name": ns, "labels": labels}})
     for name, data in SECRETS.items():  # what docs/deploy.md has the platform team create before the install
         cluster.core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": name}, "stringData": data})
     objects = installed(render())

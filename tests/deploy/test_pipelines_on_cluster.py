@@ -97,3 +97,18 @@ def test_kubeflow_stage_pod_runs_filter(cluster, chart_installed, teacher_output
     assert done.status.phase == "Succeeded", log[-3000:]
     assert done.spec.node_name == CPU_NODE and "filter: done" in log
     assert (runs_root / "kfp" / "filter" / "_manifest.json").exists()
+
+
+def test_a_stage_pod_that_never_starts_is_deleted_with_its_task(cluster, chart_installed, tmp_path):
+    """The operator gives up after startup_timeout_s (no node has 9 GPUs: Pending on the real scheduler); the task
+    fails and its pod goes with it, instead of waiting for GPUs beside the retry's pod (the on_kill path)."""
+    proc = subprocess.run([PARATHINK, "plan", "run_dir=s3://parathink/runs/pending", *PLAN, "cluster.gpus_per_node=9",
+                           "cluster.startup_timeout_s=5"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    plan = tmp_path / "plan.json"
+    plan.write_text(proc.stdout)
+    kubeconfig = cluster.plane.service_account_kubeconfig(ORCHESTRATOR_NS, "airflow-worker")
+    ran = airflow_pods("run", "--plan", str(plan), "--stage", "teacher", "--kubeconfig", str(kubeconfig), "--no-logs")
+    assert ran.returncode != 0
+    pods = cluster.core.list_namespaced_pod(NAMESPACE, label_selector="parathink.io/stage=teacher").items
+    assert [p.metadata.name for p in pods if not p.metadata.deletion_timestamp] == []
