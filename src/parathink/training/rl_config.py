@@ -2,9 +2,9 @@
 
 Every option is declared here, with its default and what it does, grouped by concern (TRL's GRPOConfig habit).
 The defaults are the tiny curriculum's algorithm settings (the experiment ``parathink run`` runs on a laptop)
-wherever its four RL stages agree. ``hydra_conf/stage/rl.yaml`` adds what the demo needs to fit its time (wall-clock
-caps, the before/after probe) and the gate thresholds, each stage's file (``rl_easy.yaml``, ...) what sets that
-stage apart, and an experiment what it changes (``parallel_r1_seen``: the paper's batch, budget and learning rate).
+wherever its four RL stages agree. ``hydra_conf/stage/rl.yaml`` adds what the demo shares (the wall-clock safety
+stop, the before/after probe) and the gate thresholds, each stage's file (``rl_easy.yaml``, ...) what sets that
+stage apart (its number of steps among them), and an experiment what it changes (``parallel_r1_seen``: the paper's batch, budget and learning rate).
 The class is the Hydra schema of those files (``parathink.config``), so a misspelt key or a value of the wrong type
 fails when the config is composed; ``check`` then refuses any value that cannot work, naming ``<stage>.<key>``,
 before a model is loaded. No torch here: ``parathink plan`` validates RL stages
