@@ -15,6 +15,10 @@ from parathink.modeling import install_path_vectors
 
 TOL = 1e-4
 GRAMMARS = ["parallel_r1", "npr", "parathinker"]
+# The fewest forks over the 18 samples that make the check a check of forks. What the toy opens depends on the CPU
+# family (torch runs other kernels): npr 6 / 9 / 8 blocks with ATEN_CPU_CAPABILITY default / avx2 / avx512,
+# parallel_r1 13-21, parathinker 18. Half the fewest seen, so that no CPU family sits at the edge.
+MIN_FORKS = 3
 
 
 def _max_diff(model, engine, samples) -> float:
@@ -37,7 +41,7 @@ def test_engine_logprobs_match_training_forward(toy, mode, grammar, decode):
     samples = _generate(engine, tok, grammar)
     assert len(samples) == 18 and [s.prompt_index for s in samples] == [i // 3 for i in range(18)]
     if mode == "structured":
-        assert sum(s.num_blocks for s in samples) >= 5, "the toy model should open blocks, so forks are tested"
+        assert sum(s.num_blocks for s in samples) >= MIN_FORKS, "the toy model should open blocks, so forks are tested"
     else:
         assert all(s.num_blocks == 0 for s in samples)
     assert _max_diff(model, engine, samples) <= TOL

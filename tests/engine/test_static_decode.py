@@ -24,6 +24,10 @@ from parathink.engine.runner import FastRunner, cache_shape
 from parathink.engine.toy import prompt_ids
 
 GRAMMARS = ["parallel_r1", "npr", "parathinker"]
+# The fewest forks over the 18 samples that make the check a check of forks. What the toy opens depends on the CPU
+# family (torch runs other kernels): npr 6 / 9 / 8 blocks with ATEN_CPU_CAPABILITY default / avx2 / avx512,
+# parallel_r1 13-21, parathinker 18. Half the fewest seen, so that no CPU family sits at the edge.
+MIN_FORKS = 3
 MODES = ["causal", "structured"]
 
 
@@ -47,7 +51,7 @@ def test_static_decode_samples_what_eager_does(toy, mode, grammar):
     eager = _generate(_engine(model, tok, grammar, mode, decode="eager"), tok, grammar)
     static = _generate(_engine(model, tok, grammar, mode, decode="static"), tok, grammar)
     if mode == "structured":
-        assert sum(s.num_blocks for s in eager) >= 5, "the toy model should open blocks, so forks are compared"
+        assert sum(s.num_blocks for s in eager) >= MIN_FORKS, "the toy model should open blocks, so forks are compared"
     assert [s.response_ids for s in static] == [s.response_ids for s in eager]
     assert [(s.loss_mask, s.finish_reason) for s in static] == [(s.loss_mask, s.finish_reason) for s in eager]
     # Padded rows and windows change the summation order only.

@@ -69,3 +69,59 @@ def plan_model(steps: int = 600, seed: int = 0):
         opt.step()
         opt.zero_grad()
     return model.eval(), tok
+
+
+class ScriptedResponse(torch.nn.Module):
+    """``model`` with the first response tokens of one prompt fixed by a table: the logits at input position
+    ``prompt_len - 1 + j`` get +``margin`` on ``script[j]``, and every later position gets -``margin`` on each token
+    of ``banned``. A margin of 30 makes the scripted token all but certain (the rest share < 1e-10 of the mass)
+    while log-probs stay small enough for fp32 to compare them to 1e-4. The shift depends on the position ids alone, so the engine's decode and the training forward
+    (``recompute_logprobs``) see the same logits, and the log-prob consistency check still means what it says.
+
+    Why: a test of the engine's forking must not depend on what a briefly trained toy happened to learn, which
+    differs between CPU families (torch picks other kernels on AVX2, AVX-512 and the default build). With the
+    guideline scripted, the plans are the test's, and only the engine decides the branches. Use it with
+    ``Engine(..., backend="hf")``: the fast runner reads the weights directly and would bypass this forward.
+    """
+
+    def __init__(self, model, prompt_len: int, script: list[int], banned: tuple[int, ...] = (), margin: float = 30.0):
+        super().__init__()
+        self.inner, self.prompt_len, self.margin = model, prompt_len, margin
+        self.register_buffer("script", torch.tensor(script, dtype=torch.long), persistent=False)
+        self.register_buffer("banned", torch.tensor(banned, dtype=torch.long), persistent=False)
+
+    @property
+    def config(self):
+        return self.inner.config
+
+    @property
+    def generation_config(self):
+        return self.inner.generation_config
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, *, position_ids: torch.Tensor, **kwargs):
+        out = self.inner(position_ids=position_ids, **kwargs)
+        j = position_ids - (self.prompt_len - 1)  # [B, L]: the response index each position's logits predict
+        scripted = (j >= 0) & (j < len(self.script))
+        want = torch.nn.functional.one_hot(self.script[j.clamp(0, len(self.script) - 1)], out.logits.shape[-1])
+        shift = torch.where(scripted[..., None], want.to(out.logits.dtype) * self.margin, 0.0)  # [B, L, V]
+        if len(self.banned):
+            after = (j >= len(self.script))[..., None]
+            ban = torch.zeros(out.logits.shape[-1], dtype=out.logits.dtype, device=out.logits.device)
+            ban[self.banned] = -self.margin
+            shift = shift + torch.where(after, ban, 0.0)
+        out.logits = out.logits + shift
+        return out
+
+
+def scripted_planner(model, tok, k: int) -> tuple[ScriptedResponse, list[int]]:
+    """(the planner scripted to open one NPR guideline with ``k`` plans and close it, prompt ids). After it
+    ``<guideline>`` and ``</guideline>`` (the token NPR forks after) are banned, so the response forks exactly once,
+    whatever the toy writes in its steps and after them."""
+    prompt = tok.encode(npr_prompt(k), add_special_tokens=False)
+    plans = "".join(f"<plan>{i}: of {k}</plan>" for i in range(1, k + 1))
+    script = tok.encode(f"<guideline>{plans}</guideline>", add_special_tokens=False)
+    banned = tuple(tok.convert_tokens_to_ids(t) for t in ("<guideline>", "</guideline>"))
+    return ScriptedResponse(model, len(prompt), script, banned), prompt
