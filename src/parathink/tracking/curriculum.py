@@ -9,13 +9,15 @@ id in its ``work_dir``, so a resumed run or stage writes into the same MLflow ru
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from omegaconf import DictConfig
 
 from parathink.jsonl import load_record
 from parathink.redact import recorded_config, redact_text
-from parathink.stages.manifest import GATES
+from parathink.stages.manifest import GATES, config_hash
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
+from parathink.tracking.lineage import git_state, lineage_tags, run_name
 from parathink.tracking.registry import registered_name
 
 TRACKING_FILE = "_tracking.json"  # in a stage's work_dir: its nested MLflow run id
@@ -66,6 +68,14 @@ class CurriculumTracking:
         pass
 
 
+def final_metrics(results: dict, stage: str | None) -> dict[str, float]:
+    """``final.<set>.<metric>`` of ``stage``'s rows: runs of experiments with other stage lists line up in MLflow's
+    compare view on these columns (the stage-named ones, ``<stage>.<set>.<metric>``, stay for the detail)."""
+    rows = results.get("stages", {}).get(stage, {}) if stage else {}
+    return {f"final.{tset}.{k}": float(v) for tset, row in rows.items() for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def gate_metrics(gates: dict | None) -> dict[str, float]:
     """The verdict as metrics: ``gate.passed`` (1/0) and each expectation's numeric observation, ``gate.<name>``."""
     if not gates or not gates.get("enabled", True):
@@ -107,8 +117,11 @@ class MlflowCurriculumTracking(CurriculumTracking):
         previous = meta.get("mlflow") if isinstance(meta.get("mlflow"), dict) else {}
         uri = redact_text(str(t.uri))  # what run.json may record of it
         parent_id = previous.get("parent_run_id") if previous.get("uri") == uri else None
-        self.parent = self.session.open_run(parent_id, f"{cfg.experiment_name}:{Path(str(rundir.root)).name}",
-                                            tags={"parathink.run_dir": redact_text(str(rundir.root))})
+        run_dir = redact_text(str(rundir.root))
+        self.lineage = {**lineage_tags(os.environ, run_dir=run_dir, config_hash=config_hash(recorded_config(cfg)),
+                                       git=git_state()), "parathink.experiment": str(cfg.experiment_name)}
+        name = run_name(str(cfg.experiment_name), seed=int(cfg.get("seed", 0)), run_dir=run_dir, environ=os.environ)
+        self.parent = self.session.open_run(parent_id, name, tags=self.lineage)
         if self.parent.run_id != parent_id:
             self.parent.log_params(recorded_config(cfg))
         meta["mlflow"] = {"uri": uri, "parent_run_id": self.parent.run_id, "experiment_id": self.session.experiment_id}
@@ -118,7 +131,8 @@ class MlflowCurriculumTracking(CurriculumTracking):
         file = work_dir / TRACKING_FILE
         run_id = _recorded_run_id(file)
         tracker = self.session.open_run(run_id, name, parent_id=self.parent.run_id,
-                                        tags={"parathink.stage": name})
+                                        tags={**self.lineage, "parathink.stage": name,
+                                              "parathink.config_hash": config_hash(section)})
         file.write_text(json.dumps({"run_id": tracker.run_id}))
         if tracker.run_id != run_id:
             tracker.log_params(section)
@@ -179,8 +193,12 @@ class MlflowCurriculumTracking(CurriculumTracking):
         tracker.log_metrics(flat)
         tracker.log_artifact(out_dir / "results.json")
         self.parent.log_metrics(flat)
-        tag_eval_results(self.session.client, self.model_name, results, self.parent.run_id,
-                         metric=str(self.cfg.tracking.promote.metric))
+        best = tag_eval_results(self.session.client, self.model_name, results, self.parent.run_id,
+                                metric=str(self.cfg.tracking.promote.metric))
+        if best is not None:  # the candidate's rows again under names that do not depend on the stage list
+            stage = self.session.client.get_model_version(self.model_name, best).tags.get("stage")
+            self.parent.log_metrics(final_metrics(results, stage))
+            self.parent.set_tags({"parathink.final_stage": stage})
 
     # ------------------------------------------------------------ the run
     def run_finished(self, rundir, status: str) -> None:
