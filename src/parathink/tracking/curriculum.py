@@ -17,6 +17,7 @@ from parathink.jsonl import load_record
 from parathink.redact import recorded_config, redact_text
 from parathink.stages.manifest import GATES, config_hash
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
+from parathink.tracking.datasets import log_datasets, stage_datasets
 from parathink.tracking.lineage import git_state, lineage_tags, run_name
 from parathink.tracking.registry import registered_name
 
@@ -142,6 +143,7 @@ class MlflowCurriculumTracking(CurriculumTracking):
         tracker.log_metrics(manifest.metrics)
         tracker.log_metrics({"duration_s": manifest.duration_s})
         tracker.set_tags({"parathink.output_hash": manifest.output_hash})
+        log_datasets(self.session.client, tracker.run_id, stage_datasets(manifest, self.lineage["parathink.run_dir"]))
         tracker.log_artifact(out_dir / "_manifest.json")
         if (out_dir / "metrics.jsonl").exists():
             tracker.log_artifact(out_dir / "metrics.jsonl")
