@@ -61,3 +61,40 @@ def test_promote_stage_refuses_failed_gates_and_missing_eval(curriculum, capsys)
     assert "needs outputs of 'eval'" in capsys.readouterr().err
     assert runner.main_stage("promote", curriculum.overrides("tracking=none")) == 2
     assert "needs the MLflow registry" in capsys.readouterr().err
+
+
+def test_each_decision_is_on_its_version_and_a_rollback_restores_the_previous_champion(curriculum, capsys):
+    from parathink.tracking.registry import main_promote
+
+    tmp = Path(curriculum.tmp)
+    client = MlflowClient(tracking_uri=curriculum.uri)
+    over = _run(curriculum, str(tmp / "a"))
+    assert runner.main_stage("promote", over) == 0
+    first = client.get_model_version_by_alias("parathink-tiny", "champion")
+    assert first.tags["promotion.decision"] == "promoted" and first.tags["promotion.previous_champion"] == "none"
+    assert main_promote([f"tracking.uri={curriculum.uri}", "--rollback", "parathink-tiny"]) == 2  # nothing before
+    assert "replaced no earlier champion" in capsys.readouterr().err
+
+    over = _run(curriculum, str(tmp / "b"), "tune.steps=5")  # a win
+    assert runner.main_stage("promote", over) == 0
+    second = client.get_model_version_by_alias("parathink-tiny", "champion")
+    promote_run = json.loads((tmp / "b" / "promote" / "_manifest.json").read_text())["mlflow_run_id"]
+    assert second.tags["promotion.previous_champion"] == str(first.version)
+    assert second.tags["promotion.compared_with"] == f"v{first.version}"
+    assert second.tags["promotion.decided_by_run"] == promote_run and "beats" in second.tags["promotion.why"]
+
+    over = _run(curriculum, str(tmp / "c"))  # a loss: recorded on the loser, champion unchanged
+    assert runner.main_stage("promote", over) == 0
+    loser = json.loads((tmp / "c" / "promote" / "promotion.json").read_text())["candidate"]["version"]
+    assert client.get_model_version("parathink-tiny", loser).tags["promotion.decision"] == "kept"
+
+    capsys.readouterr()
+    assert main_promote([f"tracking.uri={curriculum.uri}", "--rollback", "parathink-tiny",
+                         "--why", "hard accuracy fell in serving"]) == 0
+    assert f"from v{second.version} to v{first.version}" in capsys.readouterr().out
+    assert str(client.get_model_version_by_alias("parathink-tiny", "champion").version) == str(first.version)
+    rolled = client.get_model_version("parathink-tiny", second.version).tags
+    assert rolled["promotion.decision"] == "rolled_back" and rolled["promotion.rolled_back_why"] == \
+        "hard accuracy fell in serving"
+    assert client.get_model_version("parathink-tiny", first.version).tags["promotion.restored_from"] == \
+        str(second.version)

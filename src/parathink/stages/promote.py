@@ -94,7 +94,8 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict:
         raise ConfigError(f"promote: no registered model of this run has a value for {metric} in its eval")
     champion = registry.version_or_none(client, name, registry.CHAMPION)
     before = _describe(champion) if champion is not None else None
-    promoted, why = registry.promote(client, name, str(candidate.version), metric, margin)
+    promoted, why = registry.promote(client, name, str(candidate.version), metric, margin,
+                                     decided_by=getattr(ctx.tracker, "run_id", None))
     sets = sorted({k.split(".")[1] for k in candidate.tags if k.startswith("eval.")})
     table = comparison_table(metric, _describe(candidate), before, sets)
     print(f"{why}\n\n{table}", file=sys.stderr, flush=True)

@@ -105,8 +105,19 @@ def version_or_none(client, name: str, ref: str):
         raise  # a server that failed to answer is not a missing model
 
 
-def promote(client, name: str, candidate_ref: str, metric: str, margin: float) -> tuple[bool, str]:
-    """Move ``champion`` to the candidate when it wins; returns (promoted, why)."""
+PREVIOUS = "promotion.previous_champion"  # on a champion: the version it replaced ("none" for the first)
+
+
+def _record(client, name: str, version: str, tags: Mapping[str, str]) -> None:
+    """The decision on the version it is about, so the registry's page of a version says why it is (not) champion."""
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, str(value))
+
+
+def promote(client, name: str, candidate_ref: str, metric: str, margin: float,
+            decided_by: str | None = None) -> tuple[bool, str]:
+    """Move ``champion`` to the candidate when it wins; returns (promoted, why). The decision, the champion it was
+    compared with and the run that decided (``decided_by``) are recorded as tags on the candidate's version."""
     cand = version_or_none(client, name, candidate_ref)
     if cand is None:
         return False, f"{name}: no version or alias {candidate_ref!r}"
@@ -118,22 +129,56 @@ def promote(client, name: str, candidate_ref: str, metric: str, margin: float) -
     champ_value = float(champ.tags[key]) if champ is not None and key in champ.tags else None
     ok, why = decide(cand_value, champ_value, margin)
     who = f"{name} v{cand.version} ({cand.tags.get('stage', '?')})"
+    champ_txt = f"v{champ.version}" if champ is not None else "none"
+    record = {"promotion.decision": "promoted" if ok else "kept", "promotion.why": why, "promotion.metric": metric,
+              "promotion.margin": margin, "promotion.compared_with": champ_txt,
+              **({"promotion.decided_by_run": decided_by} if decided_by else {})}
     if ok:
+        _record(client, name, cand.version, {**record, PREVIOUS: champ.version if champ is not None else "none"})
         client.set_registered_model_alias(name, CHAMPION, cand.version)
         return True, f"promoted {who} to {CHAMPION} on {metric}: {why}"
-    champ_txt = f"v{champ.version}" if champ is not None else "none"
+    _record(client, name, cand.version, record)
     return False, f"kept {CHAMPION} {champ_txt}; {who} on {metric}: {why}"
 
 
+def rollback(client, name: str, why: str) -> str:
+    """Move ``champion`` back to the version the current one replaced, recording why on both; one line back."""
+    from parathink.errors import ConfigError
+
+    champ = version_or_none(client, name, CHAMPION)
+    if champ is None:
+        raise ConfigError(f"rollback: {name} has no {CHAMPION} to roll back")
+    previous = champ.tags.get(PREVIOUS)
+    if not previous or previous == "none":
+        raise ConfigError(f"rollback: {name} v{champ.version} replaced no earlier {CHAMPION} (nothing to go back to)")
+    if version_or_none(client, name, previous) is None:
+        raise ConfigError(f"rollback: {name} v{previous}, the {CHAMPION} before v{champ.version}, no longer exists")
+    client.set_registered_model_alias(name, CHAMPION, previous)
+    _record(client, name, champ.version, {"promotion.decision": "rolled_back", "promotion.rolled_back_why": why})
+    _record(client, name, previous, {"promotion.restored_from": champ.version, "promotion.restored_why": why})
+    return f"rolled back {name} {CHAMPION} from v{champ.version} to v{previous}: {why}"
+
+
 def main_promote(argv: list[str]) -> int:
-    """``parathink promote [overrides]``: e.g. ``tracking.promote.candidate=3 tracking.promote.margin=0.01``."""
+    """``parathink promote [overrides]``: e.g. ``tracking.promote.candidate=3 tracking.promote.margin=0.01``;
+    ``parathink promote --rollback NAME [--why TEXT] [overrides]`` moves NAME's champion back to the one before."""
+    import argparse
+
     from parathink.config import compose
     from parathink.exits import guarded
+
+    parser = argparse.ArgumentParser(prog="parathink promote", add_help=True)
+    parser.add_argument("--rollback", metavar="NAME", help="registered model whose champion goes back one version")
+    parser.add_argument("--why", default="rolled back by hand", help="recorded on both versions")
+    args, overrides = parser.parse_known_args(list(argv))
 
     def go():
         from parathink.tracking.reachable import client
 
-        cfg = compose(list(argv))
+        cfg = compose(overrides)
+        if args.rollback:
+            print(rollback(client(str(cfg.tracking.uri)), args.rollback, args.why))
+            return
         rule = PromoteConfig.of(cfg)  # the metric and margin, one line each when bad
         promoted, why = promote(client(str(cfg.tracking.uri)), registered_name(cfg), rule.candidate, rule.metric,
                                 float(rule.margin))
