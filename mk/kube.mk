@@ -1,11 +1,12 @@
-# A real Kubernetes control plane for tests/deploy: kube-apiserver and kube-scheduler 1.20 built from Debian's
-# source with Debian's Go 1.19 (tests/deploy/build_control_plane.sh says why), etcd from Debian's etcd-server.
-# The binaries are cached outside the checkout, so a machine builds them once (about 6 CPU-minutes: 5 to 10
-# minutes on 2 cores, 1.3 GB peak memory); every later `make test` finds them. The tests read KUBE_HOME's bin/ through
+# A real Kubernetes for tests/deploy and the local cluster (mk/cluster.mk): kube-apiserver, kube-scheduler,
+# kube-controller-manager, kubelet and kube-proxy 1.20 built from Debian's source with Debian's Go 1.19
+# (tests/deploy/build_control_plane.sh says why), the pause binary from the same source, etcd from Debian's
+# etcd-server. The binaries are cached outside the checkout, so a machine builds them once (16.5 minutes on
+# 2 busy cores, 2026-12-03); every later `make test` finds them. The tests read KUBE_HOME's bin/ through
 # PARATHINK_KUBE_BIN.
 
 KUBE_HOME  ?= $(HOME)/.cache/parathink/kube-1.20
-KUBE_STAMP := $(KUBE_HOME)/bin/.built-1.20.2-go1.19-reflect2
+KUBE_STAMP := $(KUBE_HOME)/bin/.built-1.20.2-go1.19-reflect2-node
 export PARATHINK_KUBE_BIN := $(KUBE_HOME)/bin
 
 .PHONY: kube-control-plane

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and kube-scheduler 1.20 offline, for the deployment tests' control plane.
+# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubelet and kube-proxy 1.20 offline, for the deployment tests'
+# control plane and the local single-node cluster (mk/cluster.mk).
 #   bash tests/deploy/build_control_plane.sh DEST     (make kube-control-plane calls it)
 # No Go module proxy is reachable here, so the source is Debian 12's `kubernetes` source package (1.20.2, with its
 # vendor/ tree) and Go is Debian's golang-1.19, the toolchain Debian builds that package with; etcd is Debian's
@@ -24,7 +25,7 @@ if ! grep -qs '^Types: deb-src' /etc/apt/sources.list.d/*.sources && ! grep -qs 
   printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$SRC_LIST"
 fi
 apt-get update -q >/dev/null
-apt-get install -y -q --no-install-recommends etcd-server rsync dpkg-dev golang-1.19-go >/dev/null
+apt-get install -y -q --no-install-recommends etcd-server rsync dpkg-dev golang-1.19-go gcc libc6-dev >/dev/null
 
 WORK="$DEST/src"
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -55,10 +56,13 @@ umap.write_text(text.replace(old_call, new_call))
 PATCH
 # The Makefile calls go and gofmt by name.
 PATH="$GOROOT_BIN:$PATH" GO111MODULE=off GOFLAGS= GOCACHE="$WORK/gocache" CGO_ENABLED=0 \
-  make WHAT="cmd/kube-apiserver cmd/kube-scheduler" > "$WORK/build.log" 2>&1 \
+  make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager cmd/kubelet cmd/kube-proxy" > "$WORK/build.log" 2>&1 \
   || { grep -v 'parse.go' "$WORK/build.log" | tail -30; exit 1; }
 
 mkdir -p "$DEST/bin"
-cp _output/bin/kube-apiserver _output/bin/kube-scheduler "$DEST/bin/"
+cp _output/bin/kube-apiserver _output/bin/kube-scheduler _output/bin/kube-controller-manager _output/bin/kubelet \
+   _output/bin/kube-proxy "$DEST/bin/"
+# The pause container of every pod sandbox, from the same source (no registry here to pull k8s.gcr.io/pause from).
+gcc -static -O2 -o "$DEST/bin/pause" build/pause/linux/pause.c
 "$DEST/bin/kube-apiserver" --version
 cd "$DEST" && rm -rf "$WORK"

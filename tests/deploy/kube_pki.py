@@ -35,15 +35,17 @@ def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
 class Pki:
     """A CA in ``folder``; ``issue`` writes NAME.crt and NAME.key signed by it and returns their paths."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, days: int = 1):
         self.folder = folder
+        self.days = days
         folder.mkdir(parents=True, exist_ok=True)
         self._ca_key = _key()
         now = dt.datetime.now(dt.timezone.utc)
         ca_name = _name("parathink-test-ca")
         self._ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
                     .public_key(self._ca_key.public_key()).serial_number(x509.random_serial_number())
-                    .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+                    .not_valid_before(now - dt.timedelta(minutes=5))
+                    .not_valid_after(now + dt.timedelta(days=self.days))
                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
                     .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
                                                  key_encipherment=False, data_encipherment=False,
@@ -53,16 +55,25 @@ class Pki:
         self.ca_path = folder / "ca.crt"
         self.ca_path.write_bytes(self._ca.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, name: str, cn: str, orgs: tuple[str, ...] = (), server: bool = False) -> tuple[Path, Path]:
+    def issue(self, name: str, cn: str, orgs: tuple[str, ...] = (), server: bool = False,
+              hosts: tuple[str, ...] = ()) -> tuple[Path, Path]:
+        """NAME.crt/NAME.key for ``cn``; a serving certificate is valid for localhost, 127.0.0.1 and ``hosts``
+        (names or IP addresses: the local cluster's bridge address, the API server's Service names)."""
         key = _key()
         now = dt.datetime.now(dt.timezone.utc)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (x509.CertificateBuilder().subject_name(_name(cn, orgs)).issuer_name(self._ca.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+                   .not_valid_before(now - dt.timedelta(minutes=5))
+                   .not_valid_after(now + dt.timedelta(days=self.days))
                    .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
         if server:
             sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            for host in hosts:
+                try:
+                    sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+                except ValueError:
+                    sans.append(x509.DNSName(host))
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self._ca_key, hashes.SHA256())
         crt, keyfile = self.folder / f"{name}.crt", self.folder / f"{name}.key"
