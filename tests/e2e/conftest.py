@@ -5,6 +5,7 @@ binaries first (TEST_DEPS)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# podman's settings for this sandbox (mk/images.mk exports the same; here for a pytest run outside make).
+os.environ.setdefault("CONTAINERS_CONF", str(HERE.parents[1] / "images" / "offline" / "containers.conf"))
 
 from built_images import ref  # noqa: E402
 

@@ -635,6 +635,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("up", "down", "status"):
         print("usage: local_cluster.py up [IMAGE...] | down | status", file=sys.stderr)
         return 2
+    os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "images" / "offline" / "containers.conf"))
     if os.geteuid() != 0:
         print("local_cluster.py: needs root (kubelet, containerd, bridges, iptables)", file=sys.stderr)
         return 2
