@@ -78,3 +78,6 @@ def test_orchestrator_plans_without_torch():
     pins = (ROOT / "images" / "orchestrator" / "requirements.txt").read_text()
     assert airflow == pins.split("apache-airflow==")[1].split()[0]
     assert podman("run", "--rm", "--entrypoint", "id", ref, "-u").stdout.strip() == "50000"
+    # The providers of the DAG's pods and of remote task logs in S3 (helm/airflow-values.yaml).
+    podman("run", "--rm", "--entrypoint", "python3", ref, "-c",
+           "import airflow.providers.cncf.kubernetes, airflow.providers.amazon")
