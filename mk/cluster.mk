@@ -27,4 +27,6 @@ node-packages:
 
 # tests/e2e's cluster fixture starts the cluster itself (and stops it if it started it): it needs the binaries
 # (kube-control-plane, already in TEST_DEPS), containerd and the CNI plugins, and the images (mk/images.mk).
+ifneq ($(E2E),0)
 TEST_DEPS += node-packages
+endif
