@@ -241,7 +241,8 @@ def test_the_ui_trigger_form_explains_itself_and_runs_the_curriculum(airflow, br
     browser.save_screenshot(str(SCREENSHOTS / "airflow-run.png"))
     # Back in MLflow: the link `make airflow` prints opens the runs (model training), not the GenAI view.
     browser.get(local_airflow.mlflow_link(airflow.mlflow))
-    browser.find_element(By.XPATH, "//*[normalize-space()='tiny:shared']")
+    # The curriculum's parent run, by the name parathink.tracking.lineage.run_name gives it ("tiny <date> seed 0 …").
+    browser.find_element(By.XPATH, "//*[starts-with(normalize-space(), 'tiny 20') and contains(., ' seed 0 ')]")
     assert "Traces" not in browser.find_element(By.TAG_NAME, "main").text
     browser.save_screenshot(str(SCREENSHOTS / "mlflow-runs.png"))
     print(f"\nscreenshots: {SCREENSHOTS}")
