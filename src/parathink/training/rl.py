@@ -49,7 +49,7 @@ from typing import Any, Callable
 import torch
 
 from parathink import distributed, storage
-from parathink.errors import ConfigError
+from parathink.errors import ConfigError, ParathinkError
 from parathink.logs import log
 from parathink.training import rl_checkpoint
 from parathink.training.losses import NORMALISERS, grpo_loss
@@ -59,8 +59,11 @@ from parathink.training.rl_parallel import (StepGroup, add_zero_weight_rows, che
 from parathink.training.rl_rollouts import Rollout, StepBatch, assemble, problems_for_step, score, step_metrics
 
 
-class TrainingDiverged(RuntimeError):
-    """Too many steps in a row produced a NaN loss or reward."""
+class TrainingDiverged(ParathinkError, RuntimeError):
+    """Too many steps in a row produced a NaN loss or reward. One line and exit 2, as bad configuration: the same
+    settings diverge again, so an orchestrator must not retry; the message names the setting to change."""
+
+    exit_code = 2
 
 
 @dataclass
