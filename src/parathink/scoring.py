@@ -6,11 +6,11 @@ parsing is one regex scan, and grading only happens when a gold answer is presen
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from parathink import jsonl
 from parathink.errors import BadInput
 from parathink.formats import parse
 from parathink.formats.metrics import relative_position
@@ -46,28 +46,15 @@ def read_records(path: str | Path, need_answer: bool = False) -> Iterator[tuple[
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not JSON ({e.msg}, column {e.colno})") from None
-            if not isinstance(rec, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            if not isinstance(rec.get("response"), str):
-                raise InputError(f"{path}:{lineno}: record has no string 'response' field")
-            if need_answer and rec.get("answer") is None:
-                raise InputError(f"{path}:{lineno}: record has no 'answer' field (needed to compute a reward)")
-            answer = rec.get("answer")
-            if answer is not None and (not isinstance(answer, (str, int, float)) or isinstance(answer, bool)):
-                raise InputError(f"{path}:{lineno}: 'answer' must be a string or a number, got {type(answer).__name__}")
-            yield lineno, rec
+    for lineno, rec in jsonl.read(path, error=InputError):
+        if not isinstance(rec.get("response"), str):
+            raise InputError(f"{path}:{lineno}: record has no string 'response' field")
+        if need_answer and rec.get("answer") is None:
+            raise InputError(f"{path}:{lineno}: record has no 'answer' field (needed to compute a reward)")
+        answer = rec.get("answer")
+        if answer is not None and (not isinstance(answer, (str, int, float)) or isinstance(answer, bool)):
+            raise InputError(f"{path}:{lineno}: 'answer' must be a string or a number, got {type(answer).__name__}")
+        yield lineno, rec
 
 
 @dataclass

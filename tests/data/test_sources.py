@@ -73,7 +73,7 @@ def test_directory_limit_and_problem_specs(tmp_path):
 @pytest.mark.parametrize("content, why", [(b'{"question": "q", "answer": "#### 1"}\nnot json\n', ":2: not JSON"),
                                           (b'{"question": "q\xff", "answer": "#### 1"}\n', ":1: not UTF-8"),
                                           (b'{"question": "q", "answer": "no marker"}\n', "row 1 does not have"),
-                                          (b'[1, 2]\n', "JSON object was expected")])
+                                          (b'[1, 2]\n', ":1: expected a JSON object, got list")])
 def test_bad_files_say_where_and_why(tmp_path, content, why):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)

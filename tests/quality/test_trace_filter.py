@@ -44,7 +44,7 @@ def test_one_trace_per_problem_and_the_report(tmp_path):
     assert [j.record["id"] for j in result.accepted] == ["a"]
     assert {j.record["id"]: j.reasons for j in result.rejected} == {"b": ["duplicate_problem"], "c": ["incorrect"]}
     assert [(b.line, b.why.split(" (")[0]) for b in result.bad_lines] == [
-        (4, "not JSON"), (5, "missing field(s) response"), (6, "not a JSON object"), (7, "not UTF-8")]
+        (4, "not JSON"), (5, "missing field(s) response"), (6, "expected a JSON object, got list"), (7, "not UTF-8")]
     report = build_report(result, FilterConfig(), str(raw))
     assert report["lines"] == 7 and report["bad_lines"] == 4
     assert report["overall"]["records"] == 3 and report["overall"]["accepted"] == 1

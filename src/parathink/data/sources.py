@@ -22,7 +22,6 @@ rows that repeat one problem are one record whose ``repeats`` counts them (the e
 from __future__ import annotations
 
 import io
-import json
 import os
 import sys
 from collections import Counter
@@ -31,7 +30,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from parathink import provenance
+from parathink import jsonl, provenance
 from parathink.data import verl
 from parathink.errors import BadInput
 
@@ -122,21 +121,6 @@ LAYOUTS: dict[str, SourceLayout] = {
 # ---------------------------------------------------------------------------------------------- readers
 
 
-def _rows_from_jsonl_bytes(data: bytes, where: str) -> Iterator[dict]:
-    for lineno, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise SourceError(f"{where}:{lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
-        except json.JSONDecodeError as e:
-            raise SourceError(f"{where}:{lineno}: not JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise SourceError(f"{where}:{lineno}: a JSON object was expected, got {type(row).__name__}")
-        yield row
-
-
 def _rows_from_bytes(data: bytes, where: str) -> Iterator[dict]:
     if where.endswith(".parquet"):
         import pyarrow.parquet as pq
@@ -149,7 +133,7 @@ def _rows_from_bytes(data: bytes, where: str) -> Iterator[dict]:
             raise SourceError(f"{where}: not a readable Parquet file ({e})") from None
         yield from table.to_pylist()
     elif where.endswith((".jsonl", ".json")):
-        yield from _rows_from_jsonl_bytes(data, where)
+        yield from (row for _, row in jsonl.read(data, where, error=SourceError))
     else:
         raise SourceError(f"{where}: unknown file type; expected .jsonl, .json or .parquet")
 

@@ -14,10 +14,10 @@ Read from the stage's ``metrics.jsonl`` (one line per step) and its manifest met
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from parathink import jsonl
 from parathink.quality.expectations import Expectation, at_least, at_most, equals, not_applicable
 from parathink.quality.gate import GateInput, gate_section
 
@@ -32,7 +32,7 @@ def _finite(x) -> bool:
 def read_steps(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [row for _, row in jsonl.read(path)]
 
 
 def nonfinite_steps(rows: list[dict]) -> int:

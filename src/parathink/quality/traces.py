@@ -13,57 +13,31 @@ that is not a string or a number, or holds a lone surrogate is counted and liste
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from parathink import jsonl
 from parathink.formats import parse
 from parathink.grading import grade
-from parathink.jsonl import lone_surrogate
+from parathink.jsonl import BadLine, lone_surrogate
 from parathink.quality.filter_config import FilterConfig
 
 REQUIRED = ("problem", "answer", "response")
 MAX_LISTED_BAD_LINES = 1000  # the report lists this many; the count is always exact
 
 
-@dataclass
-class BadLine:
-    file: str
-    line: int
-    why: str
-
-
 def read_raw(path: str | Path) -> Iterator[tuple[int, dict] | BadLine]:
     """Each line of a raw JSONL file: ``(line number, record)`` or a ``BadLine`` saying why it is unusable."""
-    path = Path(path)
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield BadLine(str(path), lineno, f"not UTF-8 ({e.reason} at byte {e.start})")
-                continue
-            try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as e:
-                yield BadLine(str(path), lineno, f"not JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(rec, dict):
-                yield BadLine(str(path), lineno, f"not a JSON object ({type(rec).__name__})")
-                continue
-            missing = [k for k in REQUIRED if k not in rec or rec[k] is None]
-            if missing:
-                yield BadLine(str(path), lineno, f"missing field(s) {', '.join(missing)}")
-                continue
-            why = unusable(rec)
-            if why:
-                yield BadLine(str(path), lineno, why)
-                continue
-            yield lineno, rec
+    for item in jsonl.scan(path):
+        if isinstance(item, BadLine):
+            yield item
+            continue
+        lineno, rec = item
+        missing = [k for k in REQUIRED if k not in rec or rec[k] is None]
+        why = f"missing field(s) {', '.join(missing)}" if missing else unusable(rec)
+        yield BadLine(str(path), lineno, why) if why else item
 
 
 def unusable(rec: dict) -> str | None:

@@ -9,14 +9,14 @@ probe, accuracy kept against the start model, and the schedule run to the end.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from parathink import jsonl
 from parathink.config import resolve_config_path
-from parathink.errors import ConfigError
+from parathink.errors import BadInput, ConfigError
 from parathink.logs import log
 from parathink.quality.model_gates import SFT_KEYS as GATE_KEYS, sft_gate as gate  # noqa: F401  (the runner's)
 from parathink.stages.context import StageContext
@@ -53,14 +53,8 @@ def settings(cfg) -> SFTConfig:
 def read_traces(path: Path) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"sft: accepted traces not found at {path}")
-    records = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"sft: {path}:{n} is not valid JSON ({e.msg})") from None
+    # The filter wrote this file: a bad line in it is bad input to this stage (exit 2), not a bug.
+    records = [rec for _, rec in jsonl.read(path, error=lambda why: BadInput(f"sft: {why}"))]
     if not records:
         raise ValueError(f"sft: {path} holds no traces")
     return records

@@ -28,6 +28,8 @@ class RawStore:
     def _load(self) -> None:
         if not self.path.exists():
             return
+        # Not jsonl.scan: a torn line here is expected (a killed append), is dropped without a word, and the file is
+        # rewritten from the good lines' own bytes, which scan does not keep.
         good: list[bytes] = []
         for raw in self.path.read_bytes().splitlines():
             try:
