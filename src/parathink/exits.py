@@ -48,10 +48,6 @@ def exit_code(err: Exception) -> int | None:
     """The exit code of an error the user can act on (one line, no traceback); None for a bug."""
     if isinstance(err, ParathinkError):  # GateFailed among them: exit 3
         return int(type(err).exit_code)
-    # Retries exhausted; what was generated is kept. (teacher.TeacherUnavailable does not derive from Unavailable
-    # yet: issue 20, part 2.)
-    if type(err).__name__ == "TeacherUnavailable":
-        return EXIT_ERROR
     if isinstance(err, FileNotFoundError):  # a path the config names (a model source, a file) does not exist
         return EXIT_BAD_INPUT
     return None

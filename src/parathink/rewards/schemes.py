@@ -6,29 +6,19 @@ import functools
 from typing import Callable, Protocol
 
 from parathink.formats.trace import Trace
+from parathink.registries import Registry
 
 
 class RewardFn(Protocol):
     def __call__(self, trace: Trace, correct: bool, step: int) -> float: ...
 
 
-REWARDS: dict[str, Callable[..., float]] = {}
-
-
-def register(name: str) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    def deco(fn: Callable[..., float]) -> Callable[..., float]:
-        if name in REWARDS:
-            raise ValueError(f"reward {name!r} registered twice")
-        REWARDS[name] = fn
-        return fn
-
-    return deco
+REWARDS: Registry[Callable[..., float]] = Registry("reward scheme")
+register = REWARDS.register
 
 
 def get_reward(name: str, **params: int | float) -> RewardFn:
     """The reward function registered as ``name`` with its parameters bound."""
-    if name not in REWARDS:
-        raise ValueError(f"unknown reward scheme {name!r}; expected one of {', '.join(sorted(REWARDS))}")
     fn = REWARDS[name]
     return functools.partial(fn, **params) if params else fn  # type: ignore[return-value]
 

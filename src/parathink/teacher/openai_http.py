@@ -17,12 +17,14 @@ from typing import Iterator
 import httpx
 
 from parathink.data.prompts import teacher_prompt
+from parathink.errors import Unavailable
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
-class TeacherUnavailable(RuntimeError):
-    """The endpoint gave no usable answer within the configured retries."""
+class TeacherUnavailable(Unavailable):
+    """The endpoint gave no usable answer within the configured retries (exit 1: a retry resumes from what was
+    kept)."""
 
 
 @dataclass(frozen=True)

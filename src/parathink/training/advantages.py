@@ -17,24 +17,16 @@ from typing import Callable
 
 import torch
 
+from parathink.registries import Registry
+
 AdvantageFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
-ADVANTAGES: dict[str, AdvantageFn] = {}
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def wrap(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGES[name] = fn
-        return fn
-
-    return wrap
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
+register_advantage = ADVANTAGES.register
 
 
 def get_advantage(name: str) -> AdvantageFn:
-    try:
-        return ADVANTAGES[name]
-    except KeyError:
-        raise KeyError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}") from None
+    return ADVANTAGES[name]
 
 
 def group_stats(rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

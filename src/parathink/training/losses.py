@@ -25,11 +25,15 @@ from typing import Callable
 
 import torch
 
+from parathink.registries import Registry
+
 PolicyLossFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 AggregationFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-AGGREGATIONS: dict[str, AggregationFn] = {}
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+AGGREGATIONS: Registry[AggregationFn] = Registry("loss aggregation")
+register_policy_loss = POLICY_LOSSES.register
+register_aggregation = AGGREGATIONS.register
 # How each aggregation counts its normaliser over a whole (mini-)batch: tokens or responses.
 NORMALISERS: dict[str, Callable[[torch.Tensor], float]] = {
     "token_mean": lambda mask: float(mask.sum().clamp(min=1.0)),
@@ -37,31 +41,11 @@ NORMALISERS: dict[str, Callable[[torch.Tensor], float]] = {
 }
 
 
-def register_policy_loss(name: str):
-    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return wrap
-
-
-def register_aggregation(name: str):
-    def wrap(fn: AggregationFn) -> AggregationFn:
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return wrap
-
-
 def get_policy_loss(name: str) -> PolicyLossFn:
-    if name not in POLICY_LOSSES:
-        raise KeyError(f"unknown policy loss {name!r}; known: {sorted(POLICY_LOSSES)}")
     return POLICY_LOSSES[name]
 
 
 def get_aggregation(name: str) -> AggregationFn:
-    if name not in AGGREGATIONS:
-        raise KeyError(f"unknown loss aggregation {name!r}; known: {sorted(AGGREGATIONS)}")
     return AGGREGATIONS[name]
 
 
