@@ -13,7 +13,8 @@ from airflow.sdk import TriggerRule, dag, task
 
 from parathink_airflow import tasks
 from parathink_airflow.chain import SLOTS
-from parathink_airflow.params import form
+from parathink_airflow.params import config_root, form
+from parathink_airflow.pools import task_pools
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # Retries of exit code 1 follow the cluster profile (PlacementRetryPolicy); the ceiling is Airflow's.
@@ -32,9 +33,12 @@ def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_k
     def curriculum():
         run = task(task_id="plan", retries=0, execution_timeout=PLAN_TIMEOUT)(tasks.plan)(dated_runs=nightly)
         previous, stages = run, []
+        pools = task_pools(SLOTS, config_root())  # GPU stages wait for a node of the GPU pool in Airflow (pools.py)
         for task_id, stage in SLOTS:
             label = f"{stage} (before teacher: NPR-Zero)" if task_id == NPR_SLOT else stage
-            current = task(task_id=task_id, task_display_name=label, **STAGE_TASK)(tasks.stage)(run, slot=task_id)
+            pool = {"pool": pools[task_id]} if task_id in pools else {}
+            current = task(task_id=task_id, task_display_name=label, **STAGE_TASK, **pool)(tasks.stage)(
+                run, slot=task_id)
             previous >> current
             previous = current
             stages.append(current)

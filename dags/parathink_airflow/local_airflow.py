@@ -105,6 +105,20 @@ def migrate(airflow_bin: str | Path, env: dict[str, str]) -> None:
                    stderr=subprocess.PIPE, text=True)
 
 
+def create_pool(airflow_bin: str | Path, env: dict[str, str]) -> str | None:
+    """The pool of GPU stage tasks (pools.py), sized from the environment; a task of a missing pool never runs."""
+    if __package__ in (None, ""):  # run as a script: make the package importable
+        sys.path.insert(0, str(DAGS_FOLDER))
+    from parathink_airflow.pools import pool_name, pool_slots
+
+    name = pool_name(env)
+    if name:
+        subprocess.run(airflow_command(airflow_bin, "pools", "set", name, str(pool_slots(env)),
+                                       "parathink's GPU stages: one slot per node of the GPU pool"),
+                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return name
+
+
 def processes(airflow_bin: str | Path, port: int) -> dict[str, list[str]]:
     return {
         "api-server": airflow_command(airflow_bin, "api-server", "-H", "127.0.0.1", "-p", str(port)),
@@ -201,6 +215,7 @@ def _start(args: argparse.Namespace) -> int:
     env = environment(home, args.port, extra)
     print("airflow db migrate ...", flush=True)
     migrate(args.airflow_bin, env)
+    create_pool(args.airflow_bin, env)
     commands = processes(args.airflow_bin, args.port)
     commands["mlflow"] = [args.mlflow_bin, "server", "--host", "127.0.0.1", "--port", str(args.mlflow_port),
                           "--workers", "1", "--backend-store-uri", args.tracking_uri]

@@ -1,0 +1,49 @@
+"""Issue 28: GPU stage tasks wait in an Airflow pool sized to the GPU node pool (dags/parathink_airflow/pools.py);
+CPU stages do not. The DAG folder parsed as the dag-processor parses it, under the deployment's settings; the real
+scheduler running stage tasks in that pool is tests/e2e/test_dag_on_cluster.py's."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dag_helpers import ROOT, airflow_env, in_airflow
+from parathink_airflow import pools
+from parathink_airflow.chain import SLOTS
+
+GPU_STAGES = set(yaml.safe_load((ROOT / "hydra_conf" / "cluster" / "gpu.yaml").read_text())["gpu_stages"])
+
+
+def parsed_pools(tmp_path: Path, **env: str) -> dict:
+    result, _ = in_airflow(airflow_env(tmp_path, tmp_path, **env), "dagbag")
+    assert result["import_errors"] == {}, result["import_errors"]
+    return {dag_id: dag["pools"] for dag_id, dag in result["dags"].items()}
+
+
+def test_the_gpu_profiles_gpu_stages_go_to_the_pool_and_cpu_stages_do_not(airflow_python, tmp_path):
+    for dag_id, by_task in parsed_pools(tmp_path, PARATHINK_CLUSTER="gpu").items():
+        for task_id, stage in SLOTS:
+            want = "parathink_gpu" if stage in GPU_STAGES else "default_pool"
+            assert by_task[task_id] == [want, 1], (dag_id, task_id)
+        assert by_task["filter"][0] == by_task["plan"][0] == by_task["promote"][0] == "default_pool"
+
+
+def test_the_pool_is_the_deployments_and_no_gpu_profile_uses_none(airflow_python, tmp_path):
+    named = parsed_pools(tmp_path, PARATHINK_CLUSTER="gpu", PARATHINK_GPU_POOL="a100_nodes")["parathink_curriculum"]
+    assert named["sft"] == ["a100_nodes", 1] and named["filter"] == ["default_pool", 1]
+    off = parsed_pools(tmp_path, PARATHINK_CLUSTER="gpu", PARATHINK_GPU_POOL="")["parathink_curriculum"]
+    local = parsed_pools(tmp_path)["parathink_curriculum"]  # the default profile (local) has no GPU stages
+    assert {p for p, _ in off.values()} == {p for p, _ in local.values()} == {"default_pool"}
+
+
+def test_a_profile_that_is_not_there_fails_the_parse_with_one_line(airflow_python, tmp_path):
+    bad, _ = in_airflow(airflow_env(tmp_path, tmp_path, PARATHINK_CLUSTER="gpux"), "dagbag")
+    (error,) = set(bad["import_errors"].values())
+    assert "PARATHINK_CLUSTER='gpux': no cluster profile" in error
+
+
+@pytest.mark.parametrize("raw", ["0", "two", "-1"])
+def test_the_pools_size_is_a_node_count(raw):
+    with pytest.raises(ValueError, match=f"PARATHINK_GPU_POOL_SLOTS='{raw}': the GPU pool's node count"):
+        pools.pool_slots({"PARATHINK_GPU_POOL_SLOTS": raw})
+    assert pools.pool_slots({}) == 1 and pools.pool_slots({"PARATHINK_GPU_POOL_SLOTS": "4"}) == 4
