@@ -1,4 +1,8 @@
-"""`parathink stage promote`: the pipelines' last task moves `champion` only when this run's best model wins."""
+"""`parathink stage promote`: the pipelines' last task moves `champion` only when this run's best model wins.
+
+The plug-in stages' models are stand-ins (a config.json and random bytes) nothing can sample, so these tests compare
+the scores stored on the versions (``tracking.promote.paired=false``); test_champion_challenger.py samples real
+checkpoints side by side."""
 
 import json
 from pathlib import Path
@@ -10,7 +14,8 @@ from parathink.stages import runner
 
 def _run(c, run_dir: str, *extra: str) -> list[str]:
     c.run_dir = run_dir
-    over = c.overrides(f"tracking.uri={c.uri}", *extra, stages=("prep", "train", "tune", "eval"))
+    over = c.overrides(f"tracking.uri={c.uri}", "tracking.promote.paired=false", *extra,
+                       stages=("prep", "train", "tune", "eval"))
     assert runner.main_run(over) == 0
     return over
 

@@ -18,6 +18,7 @@ from parathink.redact import recorded_config, redact_text
 from parathink.stages.manifest import GATES, config_hash
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
 from parathink.tracking.datasets import log_datasets, stage_datasets
+from parathink.tracking.flavor import is_transformers_checkpoint
 from parathink.tracking.lineage import git_state, lineage_tags, run_name
 from parathink.tracking.registry import registered_name
 
@@ -111,6 +112,7 @@ class MlflowCurriculumTracking(CurriculumTracking):
         from parathink.tracking.mlflow_tracker import MlflowSession
 
         super().__init__(cfg)
+        self.rundir = rundir
         t = cfg.tracking
         self.session = MlflowSession(str(t.uri), str(t.get("experiment") or f"parathink-{cfg.experiment_name}"),
                                      t.get("artifact_location"))
@@ -149,9 +151,10 @@ class MlflowCurriculumTracking(CurriculumTracking):
             tracker.log_artifact(out_dir / "metrics.jsonl")
         failed = self._log_gate(tracker, manifest, out_dir / GATES)
         if (out_dir / "model" / "config.json").exists() and self.cfg.tracking.get("register_models", True):
-            tracker.log_artifact(out_dir / "model", "model")
             if not failed:  # a model that failed its gate is kept for inspection, never a registry candidate
-                self._register(tracker.run_id, name, manifest)
+                self._register(tracker.run_id, name, manifest, out_dir / "model")
+            else:  # kept for inspection beside the failed gate's report
+                tracker.log_artifact(out_dir / "model", "model")
         if (out_dir / "results.json").exists() and not failed:
             self._eval_done(tracker, json.loads((out_dir / "results.json").read_text()), out_dir)
         self.session.close_run(tracker, status="FAILED" if failed else "FINISHED")
@@ -166,12 +169,19 @@ class MlflowCurriculumTracking(CurriculumTracking):
                 manifest.gates.get("passed")]})
         return bool(manifest.gates) and manifest.gates.get("passed") is False
 
-    def _register(self, run_id: str, name: str, manifest) -> None:
-        from parathink.tracking.registry import register_model, versions_of_run
+    def _register(self, run_id: str, name: str, manifest, model_dir: Path) -> None:
+        """A new version of the registered model, with the transformers flavor when transformers can load the
+        checkpoint (``parathink.tracking.flavor``); a checkpoint it cannot load goes as the raw ``model`` artifact."""
+        from parathink.tracking.flavor import register
+        from parathink.tracking.registry import versions_of_run
 
-        if name not in versions_of_run(self.session.client, self.model_name, {name: run_id}):
-            register_model(self.session.client, self.model_name, run_id, stage=name,
-                           tags={"output_hash": manifest.output_hash})
+        if name in versions_of_run(self.session.client, self.model_name, {name: run_id}):
+            return
+        logged = any(f.path == "model" for f in self.session.client.list_artifacts(run_id))
+        if not is_transformers_checkpoint(model_dir) and not logged:
+            self.session.client.log_artifacts(run_id, str(model_dir), "model")
+        register(self.session.client, self.model_name, run_id, model_dir, stage=name,
+                 grammar=str(self.cfg.get("format", "parallel_r1")), tags={"output_hash": manifest.output_hash})
 
     def gate_rechecked(self, name: str, manifest, gate_dir: Path) -> None:
         """Into the stage's own MLflow run: the new verdict; a model that passes now becomes a registry candidate."""
@@ -181,7 +191,7 @@ class MlflowCurriculumTracking(CurriculumTracking):
         failed = self._log_gate(tracker, manifest, gate_dir)
         if not failed and any(rel.startswith("model/") for rel in manifest.outputs) \
                 and self.cfg.tracking.get("register_models", True):
-            self._register(tracker.run_id, name, manifest)
+            self._register(tracker.run_id, name, manifest, self.rundir.resolve_input(name) / "model")
         self.session.close_run(tracker, status="FAILED" if failed else "FINISHED")
 
     def stage_failed(self, name: str, tracker) -> None:

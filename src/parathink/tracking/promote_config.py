@@ -7,7 +7,7 @@ class is the Hydra schema of ``tracking.promote`` (``hydra_conf/tracking/sqlite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from parathink.errors import ConfigError
@@ -18,6 +18,17 @@ class PromoteConfig:
     metric: str = "hard.accuracy"  # <eval set>.<key of results.json> the candidate and the champion are compared on
     margin: float = 0.0  # the candidate must beat the champion by more than this
     candidate: str = "candidate"  # `parathink promote`: the alias or version number it promotes
+    # Champion/challenger (parathink.tracking.challenge): the promote stage samples the champion and the candidate on
+    # the same problems with the same seeds and promotes only when, on every metric of [metric, *metrics], the paired
+    # gain exceeds the margin by `ses` standard errors, and no guard falls by more than its allowance. false: compare
+    # the scores stored on the two versions (each from its own run's sampling), as `parathink promote` does.
+    paired: bool = True
+    metrics: list = field(default_factory=list)  # more <set>.<key> the candidate must also win on
+    ses: float = 2.0  # standard errors of the paired difference the gain must clear beyond the margin
+    # <key> -> the largest fall allowed (paired mean, on every set compared): the parallel format must not decay.
+    guards: dict = field(default_factory=lambda: {"parallel_rate": 0.05, "valid_rate": 0.05})
+    problems: int = 100  # problems per set sampled for the comparison (the first of the set's eval problems)
+    k: int = 4  # samples per problem for each model
 
     @classmethod
     def of(cls, cfg) -> "PromoteConfig":
@@ -29,13 +40,39 @@ class PromoteConfig:
 
     @classmethod
     def from_cfg(cls, node: Mapping[str, Any]) -> "PromoteConfig":
-        cfg = cls(metric=str(node["metric"]), margin=node["margin"], candidate=str(node["candidate"]))
+        plain = dict(node)
+        cfg = cls(metric=str(plain["metric"]), margin=plain["margin"], candidate=str(plain["candidate"]),
+                  paired=plain.get("paired", True), metrics=[str(m) for m in plain.get("metrics") or []],
+                  ses=plain.get("ses", 2.0), guards=dict(plain.get("guards") or {}),
+                  problems=plain.get("problems", 100), k=plain.get("k", 4))
         cfg.check()
         return cfg
+
+    @property
+    def compared(self) -> list[str]:
+        """Every ``<set>.<key>`` the candidate must win on, the main metric first."""
+        return list(dict.fromkeys([self.metric, *self.metrics]))
+
+    @property
+    def sets(self) -> list[str]:
+        """The eval sets the paired comparison samples: those the metrics name."""
+        return list(dict.fromkeys(m.partition(".")[0] for m in self.compared))
 
     def check(self) -> None:
         if "." not in self.metric:
             raise ConfigError(f"tracking.promote.metric: must be <eval set>.<key> (e.g. hard.accuracy), got "
                               f"{self.metric!r}")
-        if isinstance(self.margin, bool) or not isinstance(self.margin, (int, float)):
-            raise ConfigError(f"tracking.promote.margin: must be a number, got {self.margin!r}")
+        for m in self.metrics:
+            if "." not in m:
+                raise ConfigError(f"tracking.promote.metrics: each must be <eval set>.<key>, got {m!r}")
+        for key, value in {"margin": self.margin, "ses": self.ses,
+                           **{f"guards.{g}": v for g, v in self.guards.items()}}.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"tracking.promote.{key}: must be a number, got {value!r}")
+        if self.ses < 0 or any(v < 0 for v in self.guards.values()):
+            raise ConfigError("tracking.promote.ses and tracking.promote.guards.*: must be >= 0")
+        for key in ("problems", "k"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if key == "problems" else 1):
+                raise ConfigError(f"tracking.promote.{key}: must be an integer >= {2 if key == 'problems' else 1}"
+                                  f" (a paired standard error needs two problems), got {value!r}")

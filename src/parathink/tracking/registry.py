@@ -1,9 +1,10 @@
 """The model registry: every model stage's checkpoint becomes a version of ``parathink-<experiment>``.
 
 After ``eval`` each version carries its scores as tags (``eval.<set>.<metric>``) and the run's best version
-(on ``tracking.promote.metric``) gets the alias ``candidate``. ``parathink promote`` then moves ``champion``
-to the candidate only when the candidate beats the current champion by more than ``tracking.promote.margin``
-(docs/design.md, "Tracking"), and says why either way.
+(on ``tracking.promote.metric``) gets the run's own alias ``candidate-<parent run id[:12]>`` (and the global
+``candidate``, the latest run's). The ``promote`` stage re-samples the candidate beside the champion
+(``parathink.tracking.challenge``, paired); ``parathink promote`` compares the scores stored on the versions. Either
+moves ``champion`` only when the candidate wins (docs/lifecycle.md), and records why on the candidate's version.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ def registered_name(cfg) -> str:
     return str(cfg.tracking.get("registered_model") or f"parathink-{cfg.experiment_name}")
 
 
-def register_model(client, name: str, run_id: str, *, stage: str, tags: Mapping[str, str] | None = None):
-    """Register ``runs/<run_id>/artifacts/model`` as a new version of ``name``; returns the version."""
+def register_model(client, name: str, run_id: str, *, stage: str, tags: Mapping[str, str] | None = None,
+                   source: str | None = None):
+    """Register ``source`` (a logged model's ``models:/m-...``; default: the run's raw ``model`` artifact folder) as a
+    new version of ``name``; returns the version."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -30,8 +33,9 @@ def register_model(client, name: str, run_id: str, *, stage: str, tags: Mapping[
     except MlflowException as err:
         if "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
             raise
-    source = f"{client.get_run(run_id).info.artifact_uri}/model"
-    version = client.create_model_version(name, source=source, run_id=run_id,
+    model_id = source[len("models:/"):] if source and source.startswith("models:/m-") else None
+    source = source or f"{client.get_run(run_id).info.artifact_uri}/model"
+    version = client.create_model_version(name, source=source, run_id=run_id, model_id=model_id,
                                           tags={"stage": stage, **dict(tags or {})})
     return version
 
@@ -69,8 +73,20 @@ def tag_eval_results(client, name: str, results: dict, parent_run_id: str, *, me
         if value is not None and value > best_value:
             best, best_value = version.version, value
     if best is not None:
+        # Per run: its own alias and a tag on the version, which a concurrent run cannot move. The global
+        # `candidate` is only "the latest run's", a convenience for `parathink promote` by hand.
+        client.set_registered_model_alias(name, run_candidate_alias(parent_run_id), best)
+        client.set_model_version_tag(name, best, CANDIDATE_OF, parent_run_id)
         client.set_registered_model_alias(name, CANDIDATE, best)
     return best
+
+
+CANDIDATE_OF = "parathink.candidate_of_run"  # on a version: the parent run whose best model it is
+
+
+def run_candidate_alias(parent_run_id: str) -> str:
+    """The alias of one run's candidate: ``candidate-<the parent run id's first 12 characters>``."""
+    return f"{CANDIDATE}-{parent_run_id[:12]}"
 
 
 def metric_value(results: dict, stage: str, metric: str) -> float | None:
@@ -116,8 +132,9 @@ def _record(client, name: str, version: str, tags: Mapping[str, str]) -> None:
 
 def promote(client, name: str, candidate_ref: str, metric: str, margin: float,
             decided_by: str | None = None) -> tuple[bool, str]:
-    """Move ``champion`` to the candidate when it wins; returns (promoted, why). The decision, the champion it was
-    compared with and the run that decided (``decided_by``) are recorded as tags on the candidate's version."""
+    """Move ``champion`` to the candidate when its stored score wins; returns (promoted, why). The decision, the
+    champion it was compared with and the run that decided (``decided_by``) are recorded as tags on the candidate's
+    version. The scores compared are those each version's own run sampled (``tracking.promote.paired=false``)."""
     cand = version_or_none(client, name, candidate_ref)
     if cand is None:
         return False, f"{name}: no version or alias {candidate_ref!r}"
@@ -128,16 +145,26 @@ def promote(client, name: str, candidate_ref: str, metric: str, margin: float,
         return False, f"{name} v{cand.version} is already the champion"
     champ_value = float(champ.tags[key]) if champ is not None and key in champ.tags else None
     ok, why = decide(cand_value, champ_value, margin)
+    record = {"promotion.comparison": "stored" if champ is not None else "none",
+              **({"promotion.decided_by_run": decided_by} if decided_by else {})}
+    return apply_decision(client, name, cand, champ, ok, why, metric=metric, margin=margin, record=record)
+
+
+def apply_decision(client, name: str, cand, champ, ok: bool, why: str, *, metric: str, margin: float,
+                   record: Mapping[str, str]) -> tuple[bool, str]:
+    """Record the decision on the candidate's version (with ``record``: how it was compared) and move ``champion``
+    when ``ok``; (promoted, the line that says so)."""
     who = f"{name} v{cand.version} ({cand.tags.get('stage', '?')})"
     champ_txt = f"v{champ.version}" if champ is not None else "none"
-    record = {"promotion.decision": "promoted" if ok else "kept", "promotion.why": why, "promotion.metric": metric,
-              "promotion.margin": margin, "promotion.compared_with": champ_txt,
-              **({"promotion.decided_by_run": decided_by} if decided_by else {})}
+    tags = {"promotion.decision": "promoted" if ok else "kept", "promotion.why": why, "promotion.metric": metric,
+            "promotion.margin": margin, "promotion.compared_with": champ_txt, **dict(record)}
+    if champ is None:
+        tags["promotion.first_champion"] = "true"  # promoted with no champion to beat: nothing was compared
     if ok:
-        _record(client, name, cand.version, {**record, PREVIOUS: champ.version if champ is not None else "none"})
+        _record(client, name, cand.version, {**tags, PREVIOUS: champ.version if champ is not None else "none"})
         client.set_registered_model_alias(name, CHAMPION, cand.version)
         return True, f"promoted {who} to {CHAMPION} on {metric}: {why}"
-    _record(client, name, cand.version, record)
+    _record(client, name, cand.version, tags)
     return False, f"kept {CHAMPION} {champ_txt}; {who} on {metric}: {why}"
 
 
