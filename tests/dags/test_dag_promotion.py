@@ -22,7 +22,9 @@ MODEL = "parathink-tiny"
 def _curriculum(c, uri: str, name: str, *extra: str) -> dict:
     """Run the plug-in curriculum into run directory ``name``; return the DAG conf that promotes it."""
     c.run_dir = str(c.tmp / name)
-    overrides = c.overrides(f"tracking.uri={uri}", *extra, stages=STAGES)
+    # The plug-in stages' models are stand-ins nothing can sample: promote compares their stored scores
+    # (paired=false) instead of re-sampling the champion beside the candidate.
+    overrides = c.overrides(f"tracking.uri={uri}", "tracking.promote.paired=false", *extra, stages=STAGES)
     assert runner.main_run(overrides) == 0
     mine = [o for o in overrides if not o.startswith(("run_dir=", "stages="))]  # the form's own fields
     return {"stages": ["eval"], "run_dir": c.run_dir, "promote": True, "overrides": mine}
@@ -41,7 +43,7 @@ def test_promote_moves_champion_only_when_the_candidate_wins(mlflow_server, airf
     # The plug-in stages and the test's own MLflow server are outside the form's allowlist: this test deployment
     # widens it, as an operator would (PARATHINK_FORM_ALLOW, docs/airflow.md).
     results, log = dag_test(airflow_home, tmp_path / "dag", confs,
-                            PARATHINK_FORM_ALLOW="stage_modules.*,prep.*,train.*,tune.*,tracking.uri")
+                            PARATHINK_FORM_ALLOW="stage_modules.*,prep.*,train.*,tune.*,tracking.uri,tracking.promote.*")
     assert [r["state"] for r in results] == ["success", "success", "success", "failed"]
     assert {states(r)["promote"] for r in results[:3]} == {"success"}
     a, b, c_ = (_decision(tmp_path / name) for name in "abc")
