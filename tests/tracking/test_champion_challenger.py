@@ -93,8 +93,9 @@ def test_promotion_samples_champion_and_candidate_side_by_side(mlflow_server, ti
     assert "<Summary>" in meta["parathink.grammar"] and info.signature is not None
     pipe = mlflow.transformers.load_model(f"models:/{MODEL}@champion")
     assert type(pipe).__name__ == "TextGenerationPipeline"
-    for tag, token_id in meta["parathink.tag_token_ids"].items():
+    for tag, token_id in meta["parathink.tag_token_ids"].items():  # one token each, kept in the text when asked
         assert pipe.tokenizer.encode(tag, add_special_tokens=False) == [token_id]
+        assert pipe.tokenizer.decode([token_id], **meta["parathink.generate_kwargs"]) == tag
     out = pipe(meta["parathink.prompt"].format(problem="Tom has 3 apples and buys 4 more. How many now?"),
                max_new_tokens=40, do_sample=False, return_full_text=False)
     assert isinstance(out[0]["generated_text"], str) and out[0]["generated_text"]

@@ -50,6 +50,8 @@ def metadata(grammar: str, tokenizer) -> dict:
             "parathink.grammar": grammar_rule(grammar),
             "parathink.prompt": "the tokenizer's chat template" if has_chat_template(tokenizer) else PLAIN_TEMPLATE,
             "parathink.parse": f"parathink.formats.parse(text, {grammar!r})",
+            # The tags are special tokens, which a text-generation pipeline (and vLLM) drop from the text by default.
+            "parathink.generate_kwargs": {"skip_special_tokens": False},
             "parathink.version": parathink.__version__}
 
 
