@@ -28,7 +28,8 @@ def test_records_name_earlier_stages_and_outside_files(tmp_path):
 
 def test_a_new_snapshot_reruns_the_stage_and_mlflow_shows_each_digest(tmp_path, monkeypatch):
     """The real filter stage on an outside JSON-lines file, tracked into a sqlite MLflow store; the file is then
-    replaced by a smaller snapshot: the stage reruns, and each run's dataset input carries its own digest."""
+    replaced by a smaller snapshot: the stage reruns, and each run's dataset input carries its own digest. Between the
+two, the unchanged snapshot is up to date: the stage is skipped."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CI", "true")
     raw = tmp_path / "raw.jsonl"
@@ -38,8 +39,13 @@ def test_a_new_snapshot_reruns_the_stage_and_mlflow_shows_each_digest(tmp_path, 
     over = [f"run_dir={tmp_path / 'run'}", "tracking=sqlite", f"tracking.uri={uri}", f"filter.input={raw}",
             "filter.gate.enabled=false", "tracking.register_models=false"]
     assert runner.main_stage("filter", over) == 0
+    manifest = (tmp_path / "run" / "filter" / "_manifest.json").read_text()
+    assert runner.main_stage("filter", over) == 0  # the same snapshot: up to date, skipped (no second run below)
+    assert (tmp_path / "run" / "filter" / "_manifest.json").read_text() == manifest
     raw.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))
     assert runner.main_stage("filter", over) == 0
+    assert json.loads((tmp_path / "run" / "filter" / "_manifest.json").read_text())["external"] != \
+        json.loads(manifest)["external"]  # the manifest records the new snapshot's fingerprint
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               filter_string="tags.`parathink.stage` = 'filter'", order_by=["attributes.start_time"])
