@@ -3,7 +3,8 @@
 A launcher starts one process per device and tells each its place through the environment (``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``). The runner joins the processes into one group before any stage, so that rank 0
 alone decides what to skip, writes manifests and tracks, while the stages that can use every process
-(``DATA_PARALLEL = True`` in their module) run on all of them and the others run on rank 0 while the rest wait.
+(``StageSpec(data_parallel=True)``, parathink.stages.contract) run on all of them and the others run on rank 0
+while the rest wait.
 
 ``Group`` is the small set of collectives the callers need, over a gloo group on the CPU (control messages and a
 few floats per step: never the hot path). In one process every method is the identity, so the single-process

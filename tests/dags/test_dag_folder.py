@@ -26,13 +26,21 @@ def test_the_dag_folder_imports_without_errors_or_heavy_modules(dagbag):
     assert dagbag["heavy_modules"] == []
 
 
+# The nightly opens with what_changed (it skips the whole night when neither the data nor the code changed) and
+# closes with record_inputs (what the night trained on, for the next night's comparison).
+AROUND = {"parathink_curriculum": ([], []), "parathink_nightly": (["what_changed"], ["record_inputs"])}
+
+
 @pytest.mark.parametrize("dag_id", ["parathink_curriculum", "parathink_nightly"])
 def test_one_task_per_stage_in_order_between_plan_and_promote(dagbag, dag_id):
     dag = dagbag["dags"][dag_id]
-    assert dag["tasks"] == ["plan", *(task_id for task_id, _ in SLOTS), "kubeflow", "promote"]
+    before, after = AROUND[dag_id]
+    assert dag["tasks"] == [*before, "plan", *(task_id for task_id, _ in SLOTS), "kubeflow", "promote", *after]
     # A skipped stage lets the chain go on; a failed one stops it.
-    assert {t: r for t, r in dag["trigger_rules"].items() if t != "plan"} == {
-        t: "none_failed" for t in dag["tasks"] if t != "plan"}
+    heads = {"plan", *before}
+    assert {t: r for t, r in dag["trigger_rules"].items() if t not in heads} == {
+        t: "none_failed" for t in dag["tasks"] if t not in heads}
+    assert all(dag["trigger_rules"][t] == "all_success" for t in before)
 
 
 @pytest.mark.parametrize("dag_id", ["parathink_curriculum", "parathink_nightly"])
