@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from parathink.errors import ConfigError
 from parathink.quality.filter_config import FilterStageConfig
 from parathink.stages.eval_config import EvalConfig
+from parathink.teacher.config import TeacherConfig
 from parathink.tracking.promote_config import PromoteConfig
 from parathink.training.pretrain_config import BaseConfig
 from parathink.training.rl_config import RLConfig
@@ -28,10 +29,10 @@ from parathink.training.sft_config import SFTConfig
 
 PACKAGED = Path(__file__).resolve().parent / "hydra_conf"  # present in an installed wheel only
 CHECKOUT = Path(__file__).resolve().parents[2] / "hydra_conf"  # src/parathink/config.py -> <checkout>/hydra_conf
-# Hydra's config group "schema": hydra_conf/stage/{rl,base,filter,sft,eval}.yaml and tracking/sqlite.yaml start from
-# these.
-SCHEMAS = {"rl": RLConfig, "base": BaseConfig, "filter": FilterStageConfig, "promote": PromoteConfig,
-           "sft": SFTConfig, "eval": EvalConfig}
+# Hydra's config group "schema": hydra_conf/stage/{rl,base,teacher,filter,sft,eval,promote}.yaml and
+# tracking/sqlite.yaml (promote) start from these.
+SCHEMAS = {"rl": RLConfig, "base": BaseConfig, "teacher": TeacherConfig, "filter": FilterStageConfig,
+           "promote": PromoteConfig, "sft": SFTConfig, "eval": EvalConfig}
 
 
 def register_schemas() -> None:

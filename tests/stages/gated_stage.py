@@ -5,17 +5,20 @@ gate itself raise, as a probe that runs out of memory would.
 """
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
+
+from omegaconf import MISSING
 
 from parathink.quality.expectations import at_least, not_applicable
 from parathink.quality.gate import gate_section
+from parathink.quality.thresholds import GateThresholds
+from parathink.stages.contract import Gate, StageSpec
 
 _spec = importlib.util.spec_from_file_location("resume_stage_for_gates", Path(__file__).with_name("resume_stage.py"))
 _stage = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_stage)
 
-run, validate = _stage.run, _stage.validate
-GATE_KEYS = {"min_value": "number", "crash": "bool"}
 
 
 def gate(cfg, out):
@@ -24,3 +27,12 @@ def gate(cfg, out):
         raise RuntimeError("the gate's probe ran out of memory")
     value = int((out.folder / "value.txt").read_text())
     return [at_least("value", value, g["min_value"], "value.txt"), not_applicable("kl", "no reference model")]
+
+
+@dataclass
+class Thresholds(GateThresholds):
+    min_value: float = MISSING
+    crash: bool = MISSING
+
+
+STAGE = StageSpec(run=_stage.run, validate=_stage.validate, gate=Gate(gate, Thresholds))

@@ -162,7 +162,7 @@ def test_resume_from_work_dir_after_interrupt(curriculum):
     mods = r.validate(cfg, ["prep"])
     rundir = r.RunDir(str(cfg.run_dir))
     work = rundir.work_dir("prep")
-    chash = r.config_hash(r.stage_config(cfg, "prep", r._shared_keys(mods["prep"])))
+    chash = r.config_hash(r.stage_config(cfg, "prep", mods["prep"].shared_keys))
     (work / r.ATTEMPT).write_text(json.dumps({"config_hash": chash, "attempts": 1}))
     (work / "ckpt.json").write_text(json.dumps({"step": 1, "total": 1}))
     assert runner.main_run(curriculum.overrides(stages=("prep",))) == 0
@@ -193,7 +193,7 @@ def _interrupted_attempt(curriculum, stage, step, inputs):
     module = runner.validate(cfg, [stage])[stage]
     rundir = runner.RunDir(str(cfg.run_dir))
     work = rundir.work_dir(stage)
-    chash = runner.config_hash(runner.stage_config(cfg, stage, runner._shared_keys(module)))
+    chash = runner.config_hash(runner.stage_config(cfg, stage, module.shared_keys))
     (work / runner.ATTEMPT).write_text(json.dumps({"config_hash": chash, "attempts": 1, "inputs": inputs}))
     (work / "ckpt.json").write_text(json.dumps({"step": step, "total": step * (step + 1) // 2}))
 

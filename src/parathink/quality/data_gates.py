@@ -14,9 +14,6 @@ from pathlib import Path
 from parathink.quality.expectations import Expectation, at_least
 from parathink.quality.gate import GateInput, gate_section
 
-TEACHER_KEYS = {"min_record_share": "rate", "min_valid_rate": "rate", "data_docs": "bool"}
-FILTER_KEYS = {"min_valid_rate": "rate", "min_accepted": "count", "data_docs": "bool"}
-
 
 def raw_rows(path: Path, grammar: str) -> list[dict]:
     """One row per usable line of a raw traces file (what the raw suite reads); unusable lines are left out."""

@@ -15,7 +15,6 @@ from parathink.evaluation import results as results_file
 from parathink.quality.expectations import Expectation, at_least, equals
 from parathink.quality.gate import GateInput, gate_section
 
-KEYS = {"min_models": "positive_int"}
 FIGURES = ("accuracy", "pass_at_k", "parallel_rate", "valid_rate")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from parathink.errors import ConfigError
+from parathink.quality.thresholds import FilterThresholds
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class FilterStageConfig:
     length: LengthBounds = field(default_factory=LengthBounds)
     # The data-quality gate (parathink.quality.data_gates.filter_gate, docs/gates.md); its thresholds are in
     # filter.yaml. Not part of the config hash.
-    gate: dict[str, Any] = field(default_factory=dict)
+    gate: FilterThresholds = field(default_factory=FilterThresholds)
 
     @classmethod
     def of(cls, cfg) -> "FilterStageConfig":

@@ -17,10 +17,6 @@ from parathink.quality.expectations import Expectation, at_least, equals, not_ap
 from parathink.quality.gate import GateInput, gate_section
 from parathink.quality.probe import ProbeSpec, cached_sample, folder_fingerprint
 
-BASE_KEYS = {"min_accuracy": "rate", "probe": "mapping"}
-SFT_KEYS = {"min_parallel_rate": "rate", "min_valid_rate": "rate", "max_accuracy_drop": "rate?",
-            "full_schedule": "bool", "probe": "mapping"}
-
 
 def stage_model(stage: str, output_hash: str | None) -> str:
     """A published model's identity in the probe cache: the same whichever gate probes it (base's, then sft's)."""

@@ -21,9 +21,6 @@ from parathink import jsonl
 from parathink.quality.expectations import Expectation, at_least, at_most, equals, not_applicable
 from parathink.quality.gate import GateInput, gate_section
 
-KEYS = {"max_nonfinite_steps": "count", "min_probe_reward": "number?", "max_probe_reward_drop": "non_negative?",
-        "min_parallel_rate": "rate?", "max_kl": "non_negative?", "window": "positive_int"}
-
 
 def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)

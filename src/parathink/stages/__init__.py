@@ -1,7 +1,8 @@
 """One function per curriculum stage, and the runner that chains them.
 
-A stage NAME is the module ``parathink.stages.NAME`` (``run(cfg, ctx)``, optionally ``validate``, ``gate``, ...;
-``parathink.stages.runner.Stage``), except where ``BUILTIN`` says otherwise: the four GRPO-family stages are one
+A stage NAME is the module ``parathink.stages.NAME``, whose ``STAGE`` (``parathink.stages.contract.StageSpec``) says
+everything it gives the runner (``run(cfg, ctx)``, optionally ``validate``, a gate, ...), except where ``BUILTIN``
+says otherwise: the four GRPO-family stages are one
 module, ``rl.py``. A config's ``stage_modules`` maps further names (plug-in stages).
 """
 

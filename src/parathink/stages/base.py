@@ -19,8 +19,10 @@ import time
 from omegaconf import OmegaConf
 
 from parathink.errors import ConfigError
-from parathink.quality.model_gates import BASE_KEYS as GATE_KEYS, base_gate as gate  # noqa: F401  (the runner's)
+from parathink.quality.model_gates import base_gate
+from parathink.quality.thresholds import BaseThresholds
 from parathink.stages.context import StageContext
+from parathink.stages.contract import Gate, StageSpec
 from parathink.training.pretrain_config import BaseConfig
 
 KINDS = ("tiny", "pretrained")
@@ -96,3 +98,6 @@ def _train_tiny(cfg, base: BaseConfig, ctx: StageContext) -> dict[str, float]:
     metrics["stage_minutes"] = (time.perf_counter() - t0) / 60
     ctx.tracker.log_metrics({f"base/{k}": v for k, v in metrics.items()})
     return metrics
+
+
+STAGE = StageSpec(run=run, validate=validate, gate=Gate(base_gate, BaseThresholds))

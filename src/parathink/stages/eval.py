@@ -20,15 +20,12 @@ from parathink.errors import StageInputMissing
 from parathink.evaluation import results as results_file
 from parathink.jsonl import load_record
 from parathink.logs import log
-from parathink.quality.eval_gate import KEYS as GATE_KEYS, eval_gate as gate  # noqa: F401  (the runner's)
+from parathink.quality.eval_gate import eval_gate
+from parathink.quality.thresholds import EvalThresholds
 from parathink.stages.context import StageContext
+from parathink.stages.contract import Gate, StageSpec
 from parathink.stages.eval_config import EvalConfig
 from parathink.stages.eval_sets import active_sets, problems_and_k
-
-SHARED_KEYS = ("data", "format", "seed")  # the model comes from the stages' outputs, hashed as inputs
-# Under torchrun every process samples its share of each set's problems; rank 0 writes the files.
-DATA_PARALLEL = True
-
 
 # Per model and set, the figures the manifest (and so MLflow) carries; results.json keeps every figure.
 MANIFEST_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any_path_accuracy")
@@ -233,3 +230,9 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     results_file.write(results, ctx.out_dir)
     return {f"{stage}.{s}.{key}": float(row[key]) for stage, sets_ in results["stages"].items()
             for s, row in sets_.items() for key in MANIFEST_KEYS if row.get(key) is not None}
+
+
+# The model comes from the stages' outputs, hashed as inputs, so `model` is not a shared key. Under torchrun every
+# process samples its share of each set's problems; rank 0 writes the files.
+STAGE = StageSpec(run=run, validate=validate, gate=Gate(eval_gate, EvalThresholds), data_parallel=True,
+                  shared_keys=("data", "format", "seed"))

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from parathink.errors import ConfigError
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
+from parathink.quality.thresholds import EvalThresholds
 from parathink.stages.eval_sets import SET_KEYS
 
 MODES = ("causal", "structured")
@@ -56,7 +57,7 @@ class EvalConfig:
     sets: dict[str, Any] = field(default_factory=_tiny_sets)
     # The stage's quality gate on results.json (parathink.quality.eval_gate, docs/gates.md); its thresholds are in
     # eval.yaml. Not part of the config hash.
-    gate: dict[str, Any] = field(default_factory=dict)
+    gate: EvalThresholds = field(default_factory=EvalThresholds)
 
     @classmethod
     def from_cfg(cls, node: Mapping[str, Any]) -> "EvalConfig":

@@ -18,11 +18,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from parathink import jsonl, provenance
-from parathink.quality.data_gates import FILTER_KEYS as GATE_KEYS, filter_gate as gate  # noqa: F401  (the runner's)
+from parathink.quality.data_gates import filter_gate
 from parathink.quality.filter_config import FilterStageConfig
+from parathink.quality.thresholds import FilterThresholds
 from parathink.stages.context import StageContext
+from parathink.stages.contract import Gate, StageSpec
 
-SHARED_KEYS = ("format", "seed")
 # Short override names of `parathink stage filter input=RAW.jsonl output=DIR gate.min_valid_rate=R` (issue 3):
 # the runner rewrites them with ``expand_overrides`` before composing the config.
 OVERRIDE_ALIASES = {"input": "filter.input", "output": "filter.output", "gate": "filter.gate",
@@ -107,3 +108,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     if (out / "report.json").exists():
         ctx.tracker.log_artifact(out / "report.json")
     return metrics
+
+
+STAGE = StageSpec(run=run, validate=validate, gate=Gate(filter_gate, FilterThresholds), shared_keys=("format", "seed"),
+                  expand_overrides=expand_overrides)

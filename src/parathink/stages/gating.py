@@ -1,6 +1,6 @@
 """The runner's side of the quality gates (docs/gates.md): evaluate, record, show, stop.
 
-A stage module opts in with ``gate(cfg, out) -> list[Expectation]`` (``parathink.quality.gate.GateInput``). The
+A stage opts in with the ``gate`` of its ``StageSpec`` (``parathink.stages.contract.Gate``). The
 runner evaluates it on the stage's finished output before publishing, so the verdict is published with the output,
 atomically: ``<stage>/_gates/report.json`` and ``report.md`` (and great-expectations data docs for the data gates)
 next to the outputs, and ``gates`` in ``_manifest.json``. A failed gate still publishes (the outputs are there to
@@ -17,41 +17,38 @@ import json
 import shutil
 import time
 from pathlib import Path
-from types import ModuleType
 
 from parathink.logs import log
 from parathink.quality import GateFailed
 from parathink.quality.expectations import Verdict, markdown_table, summary_line, text_table
-from parathink.quality.gate import GateInput, check_keys, gate_section
+from parathink.quality.gate import GateInput, gate_section
+from parathink.quality.thresholds import check_thresholds
+from parathink.stages.contract import StageSpec
 from parathink.stages.manifest import GATES, Manifest
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
 
 
-def has_gate(module: ModuleType) -> bool:
-    return callable(getattr(module, "gate", None))
+def validate(cfg, name: str, stage: StageSpec) -> None:
+    """Before any stage starts: the thresholds of a stage that has a gate (``Gate.thresholds``, their schema)."""
+    if stage.gate:
+        check_thresholds(cfg, name, stage.gate.thresholds)
 
 
-def validate(cfg, name: str, module: ModuleType) -> None:
-    """Before any stage starts: the thresholds of a stage that has a gate (``GATE_KEYS``: key -> kind)."""
-    if has_gate(module):
-        check_keys(cfg, name, getattr(module, "GATE_KEYS", {}))
-
-
-def needs_evaluation(cfg, name: str, module: ModuleType, manifest: Manifest) -> bool:
+def needs_evaluation(cfg, name: str, stage: StageSpec, manifest: Manifest) -> bool:
     """A published output whose verdict is missing (published before gates, or the gate could not run) or was
     reached with other thresholds."""
-    if not has_gate(module):
+    if not stage.gate:
         return False
     record = manifest.gates
     return not record or bool(record.get("error")) or record.get("config") != gate_section(cfg, name)
 
 
-def evaluate(cfg, name: str, module: ModuleType, folder: Path, gate_dir: Path, manifest: Manifest, rundir
+def evaluate(cfg, name: str, stage: StageSpec, folder: Path, gate_dir: Path, manifest: Manifest, rundir
              ) -> tuple[dict | None, Exception | None]:
     """Run the stage's gate on ``folder``; write its report into ``gate_dir``; (the manifest's ``gates`` record, the
     error that kept the gate from reaching a verdict). None for a stage without a gate."""
-    if not has_gate(module):
+    if not stage.gate:
         return None, None
     section = gate_section(cfg, name)
     verdict, error = Verdict(stage=name, enabled=bool(section.get("enabled", True)), config=section), None
@@ -64,7 +61,7 @@ def evaluate(cfg, name: str, module: ModuleType, folder: Path, gate_dir: Path, m
                         input_hash=rundir.output_hash, resolve_input=rundir.resolve_input)
         started = time.time()
         try:
-            verdict.expectations = list(module.gate(cfg, out))
+            verdict.expectations = list(stage.gate.check(cfg, out))
         except Exception as err:  # published anyway with no verdict: the next run evaluates the gate again
             verdict.error, error = f"{type(err).__name__}: {' '.join(str(err).split())}"[:500], err
         verdict.evaluated_at = time.time()
@@ -92,14 +89,14 @@ def _show(verdict: Verdict) -> None:
         log(f"  {line}")
 
 
-def recheck(cfg, name: str, module: ModuleType, rundir, manifest: Manifest, tracking) -> None:
+def recheck(cfg, name: str, stage: StageSpec, rundir, manifest: Manifest, tracking) -> None:
     """Evaluate the gate of an up-to-date published output again (new thresholds, or no verdict yet) and publish
     the new verdict beside it; the outputs and their hash are left as they are."""
     why = "its gate settings changed" if manifest.gates and not manifest.gates.get("error") else "no verdict yet"
     log(f"{name}: evaluating its gate on the published output ({why})")
     gate_dir = rundir.fresh_tmp(f"{name}.{GATES}")
     try:
-        record, error = evaluate(cfg, name, module, rundir.resolve_input(name), gate_dir, manifest, rundir)
+        record, error = evaluate(cfg, name, stage, rundir.resolve_input(name), gate_dir, manifest, rundir)
         manifest.gates = record
         rundir.publish_gates(name, gate_dir, manifest)
         tracking.gate_rechecked(name, manifest, gate_dir)

@@ -33,8 +33,8 @@ from parathink.storage.digest import file_sha256, local_meta  # noqa: F401  (fil
 
 MANIFEST = "_manifest.json"
 GATES = "_gates"  # the gate's report and data docs (parathink.stages.gating): published with, not hashed as, output
-# Keys outside a stage's own section that change what any stage produces. A stage module may narrow or
-# extend this with a module-level SHARED_KEYS tuple.
+# Keys outside a stage's own section that change what any stage produces. A stage may narrow or extend this
+# (StageSpec.shared_keys, parathink.stages.contract).
 DEFAULT_SHARED_KEYS = ("model", "data", "format", "seed")
 _REQUIRED = {"stage": str, "config_hash": str, "config": dict, "inputs": dict, "output_hash": str, "outputs": dict}
 

@@ -8,7 +8,7 @@ stage's own file), the loop is ``parathink.training.rl``.
   "parallel thinking as a mid-training exploration scaffold");
 - ``grpo_baseline``: plain GRPO from the base model, causal, accuracy reward (Table 2's baseline).
 
-The runner finds each as ``parathink.stages.rl:<name>`` (``parathink.stages.BUILTIN``), an ``RLStage`` that reads
+The runner finds each as ``parathink.stages.rl:<name>`` (``parathink.stages.BUILTIN``), a ``StageSpec`` that reads
 the config section of its own name.
 """
 
@@ -18,8 +18,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from parathink.quality.rl_gate import KEYS
+from parathink.quality.thresholds import RLThresholds
 from parathink.stages import RL_STAGES
+from parathink.stages.contract import Gate, StageSpec
 from parathink.training.rl_config import RLConfig
 
 
@@ -33,34 +34,28 @@ def rl_config(cfg, stage: str) -> RLConfig:
     return RLConfig.from_cfg(node, stage)
 
 
-class RLStage:
-    """One GRPO-family stage, as the runner calls a stage module."""
+def rl_stage(name: str) -> StageSpec:
+    """One GRPO-family stage: its section is the config's ``name``."""
 
-    DATA_PARALLEL = True  # under torchrun every process samples and trains its share (parathink.training.rl)
-    GATE_KEYS = KEYS
+    def validate(cfg) -> None:
+        rl_config(cfg, name)
 
-    def __init__(self, name: str):
-        self.name = name
-
-    def validate(self, cfg) -> None:
-        rl_config(cfg, self.name)
-
-    def gate(self, cfg, out) -> list:
+    def gate(cfg, out) -> list:
         """No non-finite loss, the probe reward not collapsed, the parallel-rate floor, the KL bound (docs/gates.md)."""
         from parathink.quality.rl_gate import rl_gate
 
-        return rl_gate(cfg, self.name, out)
+        return rl_gate(cfg, name, out)
 
-    def run(self, cfg, ctx) -> dict[str, float]:
+    def run(cfg, ctx) -> dict[str, float]:
         """Start from ``<init_from>/model`` and train."""
         from parathink.training.rl import train
 
-        settings = rl_config(cfg, self.name)
+        settings = rl_config(cfg, name)
         init_dir = Path(ctx.input(settings.init_from)) / "model"
-        return train(settings, ctx, init_dir, stage=self.name, grammar=str(cfg.format), model_cfg=cfg.get("model"))
+        return train(settings, ctx, init_dir, stage=name, grammar=str(cfg.format), model_cfg=cfg.get("model"))
 
-    def __repr__(self) -> str:
-        return f"parathink.stages.rl:{self.name}"
+    # Under torchrun every process samples and trains its share (parathink.training.rl).
+    return StageSpec(run=run, validate=validate, gate=Gate(gate, RLThresholds), data_parallel=True)
 
 
-rl_easy, rl_hard, rl_scaffold, grpo_baseline = (RLStage(name) for name in RL_STAGES)
+rl_easy, rl_hard, rl_scaffold, grpo_baseline = (rl_stage(name) for name in RL_STAGES)

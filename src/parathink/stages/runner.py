@@ -12,10 +12,10 @@ Per stage (docs/design.md, "The curriculum"):
    keeps checkpoints there) unless the config hash changed; on return the runner hashes the outputs, writes
    the manifest and publishes atomically, then clears ``work_dir``.
 Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does 2 and 3's bookkeeping; stages
-marked ``DATA_PARALLEL`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
+marked ``data_parallel`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
 Stages are imported lazily by name (``parathink.stages.<name>``, ``parathink.stages.BUILTIN``, or the config's
 ``stage_modules`` mapping: a dotted module, ``module:attribute`` or a ``.py`` file), so a missing stage is a
-one-line config error. Each stage's log ends with one line that carries its metrics:
+one-line config error; what each gives the runner is its ``StageSpec`` (``parathink.stages.contract``). Each stage's log ends with one line that carries its metrics:
 ``[parathink] filter: done in 5.1 s, output 3f2a...; accepted=36 accepted_rate=0.45 ...``.
 """
 
@@ -29,7 +29,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -44,36 +44,20 @@ from parathink.quality import GateFailed
 from parathink.redact import redact_text
 from parathink.stages import BUILTIN, gating
 from parathink.stages.context import StageContext
-from parathink.stages.manifest import DEFAULT_SHARED_KEYS, GATES, Manifest, config_hash, stage_config
+from parathink.stages.contract import StageSpec, spec_of
+from parathink.stages.manifest import GATES, Manifest, config_hash, stage_config
 from parathink.stages.rundir import RunDir
 
 ATTEMPT = "_attempt.json"  # in work_dir: which config hash the scratch belongs to
 
 
-class Stage(Protocol):
-    """What the runner calls on a stage (a module, or an object such as ``parathink.stages.rl.RLStage``).
-
-    Required: ``run(cfg, ctx) -> dict`` (its metrics). Optional: ``validate(cfg)`` (raise ConfigError before any
-    stage starts), ``gate(cfg, out)`` with ``GATE_KEYS`` (its quality gate), ``DATA_PARALLEL`` (run on every
-    process of a launch), ``SHARED_KEYS`` (the keys outside its section it reads), ``expand_overrides(list)``
-    (short override names).
-    """
-
-    def run(self, cfg: DictConfig, ctx: StageContext) -> dict: ...
-
-
 # ---------------------------------------------------------------- config
 
-def stage_module(cfg: DictConfig, name: str) -> Stage:
+def stage_module(cfg: DictConfig, name: str) -> StageSpec:
     """The stage ``name``: ``stage_modules.<name>`` when the config maps it, else the built-in one."""
     target = str(cfg.get("stage_modules", {}).get(name, BUILTIN.get(name, f"parathink.stages.{name}")))
-    if target.endswith(".py"):
-        stage = _load_file(name, target)
-    else:
-        stage = _import_target(name, target)
-    if not callable(getattr(stage, "run", None)):
-        raise ConfigError(f"stage {name!r}: {target} has no run(cfg, ctx) function")
-    return stage
+    loaded = _load_file(name, target) if target.endswith(".py") else _import_target(name, target)
+    return spec_of(loaded, name, target)
 
 
 def _load_file(name: str, target: str) -> Any:
@@ -120,7 +104,7 @@ def _validate_run(cfg: DictConfig) -> None:
         raise ConfigError(f"tracking.backend: {cfg.tracking.backend!r} is not one of {', '.join(TRACKING_BACKENDS)}")
 
 
-def validate(cfg: DictConfig, names: list[str]) -> dict[str, Stage]:
+def validate(cfg: DictConfig, names: list[str]) -> dict[str, StageSpec]:
     """Everything that can be checked before the first stage starts; returns the stages."""
     _validate_run(cfg)
     try:
@@ -132,9 +116,8 @@ def validate(cfg: DictConfig, names: list[str]) -> dict[str, Stage]:
         if name not in cfg or not isinstance(cfg[name], DictConfig):
             raise ConfigError(f"stages: unknown stage {name!r} (no config section {name!r})")
         stages[name] = stage_module(cfg, name)
-        check = getattr(stages[name], "validate", None)
-        if callable(check):
-            check(cfg)
+        if stages[name].validate:
+            stages[name].validate(cfg)
         gating.validate(cfg, name, stages[name])
     for name in cfg.get("force", []):
         if name not in cfg:
@@ -143,10 +126,6 @@ def validate(cfg: DictConfig, names: list[str]) -> dict[str, Stage]:
 
 
 # ---------------------------------------------------------------- one stage
-
-def _shared_keys(stage: Stage) -> tuple[str, ...]:
-    return tuple(getattr(stage, "SHARED_KEYS", DEFAULT_SHARED_KEYS))
-
 
 def is_up_to_date(rundir: RunDir, name: str, chash: str) -> tuple[bool, str]:
     """(skip?, why) for stage ``name`` whose current config hash is ``chash``: its manifest, its inputs through the
@@ -213,17 +192,17 @@ def _default_threads() -> int:
     return default_threads()
 
 
-def run_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking,
+def run_stage(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tracking,
               procs: distributed.Group | None = None) -> dict:
     """Run (or skip) one stage; returns its manifest as a dict.
 
     Rank 0 holds the stage's lock (``parathink.stages.lock``) from the up-to-date check to the publish, so no other
     process runs or publishes this stage meanwhile. Under a multi-process launch (``procs.size`` > 1) rank 0
-    decides, tracks and publishes; a stage that says ``DATA_PARALLEL = True`` runs on every process (each writes
+    decides, tracks and publishes; a ``data_parallel`` stage runs on every process (each writes
     its outputs only on rank 0), any other runs on rank 0 while the rest wait.
     """
     procs = procs or distributed.Group()
-    section = stage_config(cfg, name, _shared_keys(stage))
+    section = stage_config(cfg, name, stage.shared_keys)
     chash = config_hash(section)
     if not procs.is_main:
         return _follow_stage(cfg, name, stage, rundir, procs)
@@ -231,19 +210,19 @@ def run_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking
         return _lead_stage(cfg, name, stage, rundir, tracking, procs, section, chash, lock)
 
 
-def _follow_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, procs: distributed.Group) -> dict:
+def _follow_stage(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, procs: distributed.Group) -> dict:
     """A rank other than 0: rank 0's decision, then the stage's work if it is data-parallel."""
     skip, _ = procs.broadcast(None)
     if skip and name not in list(cfg.get("force", [])):
         return {"stage": name, "status": "skipped"}
     procs.barrier()  # rank 0 prepares the scratch (it may discard a stale one)
-    if getattr(stage, "DATA_PARALLEL", False):
+    if stage.data_parallel:
         _run_on_other_rank(cfg, name, stage, rundir, procs.rank)
     procs.barrier()  # rank 0 publishes
     return {"stage": name, "status": "ran"}
 
 
-def _lead_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking,
+def _lead_stage(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tracking,
                 procs: distributed.Group, section: dict, chash: str, lock) -> dict:
     """Rank 0: skip the stage when it is up to date, else run it, judge its gate and publish."""
     forced = name in list(cfg.get("force", []))
@@ -252,7 +231,7 @@ def _lead_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracki
         return _skip(cfg, name, stage, rundir, tracking, why)
     work, attempt = _prepare_work_dir(rundir, name, chash)
     procs.barrier()
-    on_every_rank = bool(getattr(stage, "DATA_PARALLEL", False))
+    on_every_rank = stage.data_parallel
     where = f" on {procs.size} processes" if procs.size > 1 and on_every_rank else ""
     log(f"{name}: running{where} ({why}{'; forced' if forced else ''}"
         f"{'; resuming from its work dir' if attempt['attempts'] > 1 else ''})")
@@ -278,7 +257,7 @@ def _lead_stage(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracki
     return {"status": "ran", **json.loads(manifest.to_json())}
 
 
-def _skip(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking, why: str) -> dict:
+def _skip(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tracking, why: str) -> dict:
     """An up-to-date stage: its published verdict stands (judged again only when its thresholds changed)."""
     published = rundir.manifest(name)
     log(f"{name}: skipped ({why}){metrics_tail(published.metrics)}")
@@ -288,7 +267,7 @@ def _skip(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, tracking, wh
     return {"stage": name, "status": "skipped", **json.loads(published.to_json())}
 
 
-def _run_and_publish(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, manifest: Manifest, tmp: Path,
+def _run_and_publish(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, manifest: Manifest, tmp: Path,
                      work: Path, attempt: dict, tracker, lock) -> tuple[Path, Exception | None]:
     """Run the stage into ``tmp``, record what it read and made, judge its gate, publish. Returns where it was
     published and the error that kept the gate from reaching a verdict (None when it reached one)."""
@@ -317,7 +296,7 @@ def _run_and_publish(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, m
     return rundir.publish(name, tmp, manifest), gate_error
 
 
-def _call(stage: Stage, cfg: DictConfig, ctx: StageContext) -> dict:
+def _call(stage: StageSpec, cfg: DictConfig, ctx: StageContext) -> dict:
     threads = _torch_threads()
     try:
         return stage.run(cfg, ctx) or {}
@@ -327,7 +306,7 @@ def _call(stage: Stage, cfg: DictConfig, ctx: StageContext) -> dict:
         _torch_threads(threads if threads is not None else _default_threads())
 
 
-def _run_on_other_rank(cfg: DictConfig, name: str, stage: Stage, rundir: RunDir, rank: int) -> None:
+def _run_on_other_rank(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, rank: int) -> None:
     """A data-parallel stage on a rank other than 0: the same scratch (checkpoints are loaded by every rank),
     its own throw-away output folder, no tracking, no manifest."""
     tmp = rundir.local / ".tmp" / f"{name}.rank{rank}"
@@ -385,7 +364,7 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     return records
 
 
-def _run_stages(cfg: DictConfig, names: list[str], stages: dict[str, Stage], rundir: RunDir, tracking,
+def _run_stages(cfg: DictConfig, names: list[str], stages: dict[str, StageSpec], rundir: RunDir, tracking,
                 procs: distributed.Group) -> dict[str, dict]:
     """Rank 0: the stages in order, each one's outcome in run.json; the MLflow parent run closed either way."""
     records: dict[str, dict] = {}
@@ -454,11 +433,10 @@ def _stage_aliases(name: str, overrides: list[str]) -> list[str]:
     """Short overrides a built-in stage accepts (filter: ``input=``, ``output=``, ``gate.*=``), expanded."""
     target = BUILTIN.get(name, f"parathink.stages.{name}")
     try:
-        stage = _import_target(name, target)
+        stage = spec_of(_import_target(name, target), name, target)
     except ConfigError:
         return overrides  # unknown stage: compose/execute report it
-    expand = getattr(stage, "expand_overrides", None)
-    return expand(overrides) if expand else overrides
+    return stage.expand_overrides(overrides) if stage.expand_overrides else overrides
 
 
 def plan_document(cfg: DictConfig, names: list[str]) -> dict:

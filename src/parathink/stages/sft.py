@@ -18,13 +18,12 @@ from parathink import jsonl
 from parathink.config import resolve_config_path
 from parathink.errors import BadInput, ConfigError
 from parathink.logs import log
-from parathink.quality.model_gates import SFT_KEYS as GATE_KEYS, sft_gate as gate  # noqa: F401  (the runner's)
+from parathink.quality.model_gates import sft_gate
+from parathink.quality.thresholds import SFTThresholds
 from parathink.stages.context import StageContext
+from parathink.stages.contract import Gate, StageSpec
 from parathink.training.sft_config import REPLAYS, SFTConfig, start_stage
 
-# Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
-# and sft.fsdp); the model is written by the main process.
-DATA_PARALLEL = True
 
 
 def validate(cfg) -> None:
@@ -203,3 +202,8 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     metrics.update({key: float(n) for key, n in counts.items()})
     metrics["stage_minutes"] = (time.perf_counter() - t0) / 60
     return metrics
+
+
+# Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
+# and sft.fsdp); the model is written by the main process.
+STAGE = StageSpec(run=run, validate=validate, gate=Gate(sft_gate, SFTThresholds), data_parallel=True)

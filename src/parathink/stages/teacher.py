@@ -9,6 +9,7 @@ records for enough of the problems, and the raw-traces suite (valid-format rate)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -16,61 +17,19 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import jsonl
-from parathink.errors import ConfigError
-from parathink.quality.data_gates import TEACHER_KEYS as GATE_KEYS, teacher_gate as gate  # noqa: F401  (the runner's)
+from parathink.quality.data_gates import teacher_gate
+from parathink.quality.thresholds import TeacherThresholds
 from parathink.stages.context import StageContext
-from parathink.teacher import BACKENDS, RawStore, TeacherUnavailable
-from parathink.teacher.traces import SUMMARIES
+from parathink.stages.contract import Gate, StageSpec
+from parathink.teacher import RawStore, TeacherUnavailable
+from parathink.teacher.config import TeacherConfig
 
-SHARED_KEYS = ("data", "format", "seed", "model")
 OUTPUT_FIELDS = ("id", "source", "problem", "answer", "level", "response")
 EXTRA_FIELDS = ("path_answers", "vote", "finish_reason")
 
 
 def validate(cfg: DictConfig) -> None:
-    t = cfg.teacher
-    if t.backend not in BACKENDS:
-        raise ConfigError(f"teacher.backend: {t.backend!r} is not one of {', '.join(BACKENDS)}")
-    if t.backend == "scripted" and t.grammar != "parallel_r1":
-        raise ConfigError(f"teacher.grammar: backend scripted writes parallel_r1 traces only, got {t.grammar!r}")
-    for backend, key in (("hf", "model"), ("openai", "model"), ("vllm", "model")):
-        if t.backend == backend and not t[backend][key]:
-            raise ConfigError(f"teacher.{backend}.{key}: required for teacher.backend={backend}")
-    if t.backend in ("scripted", "self") and int(t[t.backend].num_paths) < 2:
-        raise ConfigError(f"teacher.{t.backend}.num_paths: a block needs >= 2 paths, got {t[t.backend].num_paths}")
-    if t.backend == "self":
-        _validate_self(t.self, str(t.grammar))
-    limit = t.get("limit")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise ConfigError(f"teacher.limit: must be an integer >= 1 (or null for all), got {limit!r}")
-    problems = t.problems
-    if not OmegaConf.is_list(problems) or len(problems) == 0:
-        raise ConfigError("teacher.problems: a non-empty list of problem sets is required")
-    for i, spec in enumerate(problems):
-        if not OmegaConf.is_dict(spec) or not spec.get("source"):
-            raise ConfigError(f"teacher.problems[{i}].source: missing")
-        if t.backend == "scripted" and spec.source != "synthetic":
-            raise ConfigError(f"teacher.problems[{i}].source: the scripted teacher handles synthetic problems only, "
-                              f"got {spec.source!r}")
-        if spec.source == "synthetic":
-            from parathink.data import synthetic
-
-            synthetic.check_spec(OmegaConf.to_container(spec, resolve=True), f"teacher.problems[{i}]")
-
-
-def _validate_self(sec: DictConfig, grammar: str) -> None:
-    from parathink.teacher.selfdistill import FORKS, PATH_COUNTS
-
-    if sec.summary not in SUMMARIES:
-        raise ConfigError(f"teacher.self.summary: {sec.summary!r} is not one of {', '.join(SUMMARIES)}")
-    if sec.fork not in FORKS:
-        raise ConfigError(f"teacher.self.fork: {sec.fork!r} is not one of {', '.join(FORKS)}")
-    if sec.fork != "start" and grammar == "parathinker":
-        raise ConfigError("teacher.self.fork: a ParaThinker block opens the response; only 'start' applies")
-    if sec.path_count not in PATH_COUNTS:
-        raise ConfigError(f"teacher.self.path_count: {sec.path_count!r} is not one of {', '.join(PATH_COUNTS)}")
-    if not 1 <= int(sec.min_paths) <= int(sec.num_paths):
-        raise ConfigError(f"teacher.self.min_paths: must be in 1..num_paths={sec.num_paths}, got {sec.min_paths}")
+    TeacherConfig.of(cfg)
 
 
 def load_problem_sets(specs: Any, seed: int, limit: int | None) -> list[dict]:
@@ -93,50 +52,49 @@ def _load(source: str, cfg: DictConfig):
 
 
 def make_backend(cfg: DictConfig, ctx: StageContext):
-    t = cfg.teacher
-    name = t.backend
-    if name == "scripted":
+    t = TeacherConfig.of(cfg)
+    if t.backend == "scripted":
         from parathink.teacher.scripted import ScriptedTeacher
 
-        return ScriptedTeacher(list(t.scripted.strategies), int(t.scripted.num_paths), int(t.scripted.prefix_steps))
-    if name in ("self", "hf"):
-        import torch
-
-        from parathink.teacher.generators import Sampling, make_generator, tag_token_ids
-
-        sec = t[name]
-        if sec.get("num_threads"):
-            torch.set_num_threads(int(sec.num_threads))
-        source = sec.model if sec.model else str(ctx.input("base") / "model")
-        model, tok = _load(source, cfg)
-        generator = make_generator(sec.get("generator", "hf"), model, tok, t.grammar)
-        banned = tag_token_ids(tok) if sec.get("ban_tags") else ()
-        sampling = Sampling(temperature=float(sec.temperature), top_p=float(sec.top_p),
-                            max_new_tokens=int(sec.max_new_tokens), seed=int(cfg.seed), batch_size=int(sec.batch_size),
-                            ban_token_ids=banned)
-        if name == "self":
-            from parathink.teacher.selfdistill import SelfTeacher
-
-            return SelfTeacher(generator, tok, sampling, num_paths=int(sec.num_paths), chunk=int(sec.chunk),
-                               summary=str(sec.summary), grammar=str(t.grammar), fork=str(sec.fork),
-                               path_count=str(sec.path_count), min_paths=int(sec.min_paths))
-        from parathink.teacher.hf import HFTeacher
-
-        return HFTeacher(generator, tok, sampling, grammar=t.grammar)
-    if name == "openai":
+        return ScriptedTeacher(list(t.scripted.strategies), t.scripted.num_paths, t.scripted.prefix_steps)
+    if t.backend in ("self", "hf"):
+        return _sampling_teacher(t, cfg, ctx)
+    if t.backend == "openai":
         from parathink.teacher.openai_http import OpenAIConfig, OpenAITeacher
 
-        o = t.openai
-        return OpenAITeacher(OpenAIConfig(
-            base_url=o.base_url, model=o.model, api=o.api, api_key_env=o.api_key_env, concurrency=int(o.concurrency),
-            timeout_s=float(o.timeout_s), max_retries=int(o.max_retries), backoff_s=float(o.backoff_s),
-            max_tokens=int(o.max_tokens), temperature=float(o.temperature), top_p=float(o.top_p), grammar=t.grammar,
-            extra_body=dict(o.extra_body) if o.get("extra_body") is not None else None))
+        return OpenAITeacher(OpenAIConfig(**dataclasses.asdict(t.openai), grammar=t.grammar))
     from parathink.teacher.vllm_offline import VLLMTeacher
 
     v = t.vllm
-    return VLLMTeacher(v.model, temperature=float(v.temperature), top_p=float(v.top_p), max_tokens=int(v.max_tokens),
-                       seed=int(cfg.seed), grammar=t.grammar, engine_kwargs=OmegaConf.to_container(v.engine_kwargs))
+    return VLLMTeacher(v.model, temperature=v.temperature, top_p=v.top_p, max_tokens=v.max_tokens, seed=int(cfg.seed),
+                       grammar=t.grammar, engine_kwargs=dict(v.engine_kwargs))
+
+
+def _sampling_teacher(t: TeacherConfig, cfg: DictConfig, ctx: StageContext):
+    """The backends that sample a local model: ``self`` (its own samples voted on) and ``hf`` (zero-shot prompt)."""
+    import torch
+
+    from parathink.teacher.generators import Sampling, make_generator, tag_token_ids
+
+    sec = t.backend_config
+    if sec.num_threads:
+        torch.set_num_threads(sec.num_threads)
+    model, tok = _load(sec.model or str(ctx.input("base") / "model"), cfg)
+    # hf has no generator or ban_tags setting: transformers' generate, every token allowed (a zero-shot teacher
+    # writes its own tags).
+    is_self = t.backend == "self"
+    generator = make_generator(sec.generator if is_self else "hf", model, tok, t.grammar)
+    banned = tag_token_ids(tok) if is_self and sec.ban_tags else ()
+    sampling = Sampling(temperature=sec.temperature, top_p=sec.top_p, max_new_tokens=sec.max_new_tokens,
+                        seed=int(cfg.seed), batch_size=sec.batch_size, ban_token_ids=banned)
+    if is_self:
+        from parathink.teacher.selfdistill import SelfTeacher
+
+        return SelfTeacher(generator, tok, sampling, num_paths=sec.num_paths, chunk=sec.chunk, summary=sec.summary,
+                           grammar=t.grammar, fork=sec.fork, path_count=sec.path_count, min_paths=sec.min_paths)
+    from parathink.teacher.hf import HFTeacher
+
+    return HFTeacher(generator, tok, sampling, grammar=t.grammar)
 
 
 def output_record(rec: dict, backend: str) -> dict:
@@ -170,8 +128,8 @@ def _summary(records: list[dict], grammar: str) -> dict[str, float]:
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
-    t = cfg.teacher
-    problems = load_problem_sets(t.problems, int(cfg.seed), t.get("limit"))
+    t = TeacherConfig.of(cfg)
+    problems = load_problem_sets(t.problems, int(cfg.seed), t.limit)
     store = RawStore(ctx.work_dir / "raw.jsonl")
     resumed = sum(p["id"] in store for p in problems)
     pending = [p for p in problems if p["id"] not in store]
@@ -210,3 +168,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
                **_summary(records, t.grammar)}
     ctx.tracker.log_metrics(metrics)
     return metrics
+
+
+STAGE = StageSpec(run=run, validate=validate, gate=Gate(teacher_gate, TeacherThresholds),
+                  shared_keys=("data", "format", "seed", "model"))
