@@ -117,14 +117,16 @@ def tags(comp: dict, decided_by: str | None) -> dict[str, str]:
 
 
 def champion_dir(tracking_uri: str, name: str, version: str, dst: Path) -> Path:
-    """The champion's checkpoint as a local folder ``load_model`` reads: a version logged with the transformers
-    flavor (``MLmodel`` beside ``model/`` and ``components/tokenizer/``) is put back together as one folder; a
-    version registered as raw files is used as downloaded."""
+    """A registered version (a number, or an alias such as ``champion``) as one local checkpoint folder that
+    ``load_model``, ``from_pretrained`` and ``vllm serve`` read: a version logged with the transformers flavor
+    (``MLmodel`` beside ``model/`` and ``components/tokenizer/``) is put back together; one registered as raw files is
+    used as downloaded."""
     import shutil
 
     import mlflow
 
-    got = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}",
+    ref = f"models:/{name}/{version}" if str(version).isdigit() else f"models:/{name}@{version}"
+    got = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref,
                                                    dst_path=str(dst / "download"),
                                                    tracking_uri=tracking_uri))
     if (got / "config.json").exists():
