@@ -20,6 +20,7 @@ Run (one line per arm; `base` scores the start model only):
   .venv/bin/python benchmarks/rl_ablation.py base
   .venv/bin/python benchmarks/rl_ablation.py reference --steps 100
   .venv/bin/python benchmarks/rl_ablation.py stage --steps 100 grpo_baseline.grad_clip=0
+  .venv/bin/python benchmarks/rl_ablation.py stage --steps 160 --score-every 40 grpo_baseline.lr=1e-5  # a curve
   .venv/bin/python benchmarks/rl_ablation.py gradcheck  # one step: the stage's update against the equation
   .venv/bin/python benchmarks/rl_ablation.py table      # paired differences against the base, ± SE
 """
@@ -157,18 +158,41 @@ def reference(model, tok, problems: list[dict], steps: int, *, prompts_per_step:
 # the project's loop
 
 
-def stage(init_dir: Path, steps: int, seed: int, overrides: list[str], work: Path) -> tuple[Path, list[dict]]:
-    """``grpo_baseline`` as the tiny experiment composes it (no probe, no wall-clock cap) with ``overrides``."""
+def stage(init_dir: Path, steps: int, seed: int, overrides: list[str], work: Path,
+          at_step=None, every: int = 0) -> tuple[Path, list[dict]]:
+    """``grpo_baseline`` as the tiny experiment composes it (no probe, no wall-clock cap) with ``overrides``.
+    With ``every`` > 0, ``at_step(step, policy, rows)`` is called every ``every`` steps before the last (the
+    validation curve of one run): at the points where the stage would write a resumable checkpoint, which this
+    run does not need. The policy it gets is a copy; the RNG states are put back, so the run goes on exactly as
+    an uninterrupted one (the step's problems and draws are functions of the step and seed)."""
+    import copy
+
     from parathink.config import compose
     from parathink.stages.context import StageContext
     from parathink.stages.rl import rl_config
+    from parathink.training import rl_checkpoint
     from parathink.training.rl import train
 
     cfg = compose(["experiment=tiny", f"grpo_baseline.steps={steps}", "grpo_baseline.max_minutes=0",
-                   "grpo_baseline.probe_prompts=0", f"grpo_baseline.checkpoint_every={steps + 1}", *overrides])
+                   "grpo_baseline.probe_prompts=0",
+                   f"grpo_baseline.checkpoint_every={every if every > 0 else steps + 1}", *overrides])
     settings = rl_config(cfg, "grpo_baseline")
     ctx = StageContext.standalone("grpo_baseline", work, seed=seed)
-    train(settings, ctx, init_dir, stage="grpo_baseline", grammar=str(cfg.format), model_cfg=cfg.get("model"))
+    metrics = ctx.work_dir / "metrics.jsonl"
+
+    def snapshot(accelerator, work_dir, step, extra):  # in place of rl_checkpoint.save
+        rng = (torch.get_rng_state(), random.getstate())
+        policy = copy.deepcopy(accelerator.unwrap_model(accelerator._models[0])).eval()
+        at_step(step, policy, [json.loads(line) for line in Path(metrics).read_text().splitlines()])
+        torch.set_rng_state(rng[0])
+        random.setstate(rng[1])
+
+    saved = rl_checkpoint.save
+    rl_checkpoint.save = snapshot if every > 0 else saved
+    try:
+        train(settings, ctx, init_dir, stage="grpo_baseline", grammar=str(cfg.format), model_cfg=cfg.get("model"))
+    finally:
+        rl_checkpoint.save = saved
     rows = [json.loads(line) for line in (ctx.out_dir / "metrics.jsonl").read_text().splitlines()]
     return ctx.out_dir / "model", rows
 
@@ -268,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--score-seed", type=int, default=11)
     ap.add_argument("--lr", type=float, default=2e-5, help="reference arm")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--score-every", type=int, default=0,
+                    help="stage arm: also score the policy every this many steps (one line each: the curve)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "rl_ablation.jsonl")
     args = ap.parse_intermixed_args(argv)  # overrides may follow the options
     if args.arm == "table":
@@ -284,6 +310,33 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     val = validation_problems(args.n)
     log = lambda row: print(json.dumps(row), file=sys.stderr, flush=True)  # noqa: E731
+
+    def mean(key, part):
+        return sum(r[key] for r in part) / max(1, len(part))
+
+    def record(rows: list[dict], right: list[int], seconds: float) -> None:
+        """One JSON line: the policy after ``len(rows)`` steps, scored on the validation problems."""
+        line = {"arm": args.arm, "overrides": args.overrides if args.arm == "stage" else
+                ([f"lr={args.lr}"] if args.arm == "reference" else []), "seed": args.seed, "steps": len(rows),
+                "seconds": seconds, "n": args.n, "k": args.k, "score_seed": args.score_seed,
+                "reward_first": mean("reward_mean", rows[:10]), "reward_last": mean("reward_mean", rows[-10:]),
+                "grad_norm_max": max((r.get("grad_norm") or 0.0 for r in rows), default=0.0), "right": right}
+        args.out.parent.mkdir(exist_ok=True)
+        with args.out.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+        print(f"{args.arm} {' '.join(line['overrides'])} seed {args.seed}: validation "
+              f"{100.0 * sum(right) / (args.n * args.k):.1f} (n={args.n} x k={args.k}), {len(rows)} steps, "
+              f"{seconds / 60:.1f} min (the model load and training)", flush=True)
+
+    scoring = [0.0]  # seconds spent scoring the curve's points: not training time
+
+    def at_step(step: int, policy, rows: list[dict]) -> None:
+        t = time.perf_counter()
+        seconds = t - t0 - scoring[0]
+        right = score(policy, tok, val, args.k, args.score_seed)
+        scoring[0] += time.perf_counter() - t
+        record(rows, right, seconds)
+
     with tempfile.TemporaryDirectory() as tmp:
         init = Path(tmp) / "base"
         model, tok = load_model("builtin:tiny_base")
@@ -296,25 +349,12 @@ def main(argv: list[str] | None = None) -> None:
             rows = reference(model, tok, train, args.steps, prompts_per_step=16, group=8, lr=args.lr,
                              token_budget=288, seed=args.seed, log=log)
         elif args.arm == "stage":
-            trained, rows = stage(init, args.steps, args.seed, args.overrides, Path(tmp) / "run")
+            trained, rows = stage(init, args.steps, args.seed, args.overrides, Path(tmp) / "run", at_step,
+                                  args.score_every)
             model, tok = load_model(trained)
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 - scoring[0]
         right = score(model, tok, val, args.k, args.score_seed)
-
-    def mean(key, part):
-        return sum(r[key] for r in part) / max(1, len(part))
-
-    record = {"arm": args.arm, "overrides": args.overrides if args.arm == "stage" else
-              ([f"lr={args.lr}"] if args.arm == "reference" else []), "seed": args.seed, "steps": len(rows),
-              "seconds": seconds, "n": args.n, "k": args.k, "score_seed": args.score_seed,
-              "reward_first": mean("reward_mean", rows[:10]), "reward_last": mean("reward_mean", rows[-10:]),
-              "grad_norm_max": max((r.get("grad_norm") or 0.0 for r in rows), default=0.0), "right": right}
-    args.out.parent.mkdir(exist_ok=True)
-    with args.out.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(f"{args.arm} {' '.join(record['overrides'])}: validation {100.0 * sum(right) / (args.n * args.k):.1f} "
-          f"(n={args.n} x k={args.k}), {len(rows)} steps, {seconds / 60:.1f} min")
-
+    record(rows, right, seconds)
 
 if __name__ == "__main__":
     main()
