@@ -356,5 +356,6 @@ def main(argv: list[str] | None = None) -> None:
         right = score(model, tok, val, args.k, args.score_seed)
     record(rows, right, seconds)
 
+
 if __name__ == "__main__":
     main()
