@@ -12,8 +12,9 @@ and uncommitted changes) with what the last night that trained read (the Airflow
 so in its log and skips the whole run, so no GPU is taken. Without ``PARATHINK_NIGHTLY_DATA`` every night trains:
 its seed (the date) draws fresh synthetic problems. Each night gets its own run directory (its date); the runner
 skips the stages already up to date there, so a second run the same day reruns only what the new snapshot feeds.
-``PARATHINK_NIGHTLY_STAGES`` (comma-separated) and ``PARATHINK_NIGHTLY_OVERRIDES`` (one per line) set what a
-scheduled night runs when the deployment wants less than the experiment's whole list. See docs/lifecycle.md.
+``PARATHINK_NIGHTLY_STAGES`` (comma-separated), ``PARATHINK_NIGHTLY_OVERRIDES`` (one per line) and
+``PARATHINK_NIGHTLY_PROMOTE`` (true/false) set what a scheduled night runs when the deployment wants less than the
+experiment's whole list. See docs/lifecycle.md.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def code_identity() -> str:
     head = git("rev-parse", "HEAD")
     if not head:
         return "unknown"
-    diff = git("diff", "HEAD", "--", ".") or ""
+    diff = git("diff", "HEAD", "--", str(CHECKOUT.parent)) or ""  # the whole checkout's, not only dags/
     return f"{head.strip()}+{hashlib.sha256(diff.encode()).hexdigest()[:12]}" if diff else head.strip()
 
 
@@ -133,8 +134,10 @@ nightly = curriculum_dag(
     max_active_runs=1,
     is_paused_upon_creation=True,  # a full curriculum every night: switched on deliberately, in the UI
 )
-for key, env, parse in (("stages", "PARATHINK_NIGHTLY_STAGES", lambda v: [s.strip() for s in v.split(",") if s.strip()]),
-                        ("overrides", "PARATHINK_NIGHTLY_OVERRIDES", lambda v: [o for o in v.splitlines() if o.strip()])):
+DEFAULTS = (("stages", "PARATHINK_NIGHTLY_STAGES", lambda v: [s.strip() for s in v.split(",") if s.strip()]),
+            ("overrides", "PARATHINK_NIGHTLY_OVERRIDES", lambda v: [o for o in v.splitlines() if o.strip()]),
+            ("promote", "PARATHINK_NIGHTLY_PROMOTE", lambda v: v.strip().lower() in ("1", "true", "yes")))
+for key, env, parse in DEFAULTS:
     if os.environ.get(env):
         nightly.params.get_param(key).value = parse(os.environ[env])  # the scheduled night's default
 
