@@ -101,7 +101,8 @@ def check_thresholds(cfg, stage: str, schema: type[GateThresholds]) -> dict:
     try:
         typed = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema), section))
     except ConfigKeyError as err:
-        raise ConfigError(f"{stage}.gate.{err.full_key}: unknown threshold; known: {', '.join(sorted(names))}") from None
+        known = ", ".join(sorted(names))
+        raise ConfigError(f"{stage}.gate.{err.full_key}: unknown threshold; known: {known}") from None
     except OmegaConfBaseException as err:
         raise ConfigError(f"{stage}.gate.{err.full_key}: {_what(schema, err.full_key)}, got "
                           f"{section.get(err.full_key)!r}") from None
@@ -120,11 +121,13 @@ def _what(schema: type[GateThresholds], name: str) -> str:
     f = next((f for f in fields(schema) if f.name == name), None)
     if f is None:
         return "unknown threshold"
-    kind = str(f.type).replace(" | None", "")
+    # The annotation as written: a string under `from __future__ import annotations`, else the type itself.
+    written = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    kind = written.replace(" | None", "")
     low, high = f.metadata.get("bounds", (None, None))
     what = {"bool": "true or false", "int": "an integer", "float": "a number"}.get(kind, "a mapping")
     if low is not None and high is not None:
         what += f" in [{low:g}, {high:g}]"
     elif low is not None:
         what += f" >= {low:g}"
-    return f"must be {what}" + (" or null" if "None" in str(f.type) else "")
+    return f"must be {what}" + (" or null" if "None" in written else "")

@@ -15,7 +15,8 @@ Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does
 marked ``data_parallel`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
 Stages are imported lazily by name (``parathink.stages.<name>``, ``parathink.stages.BUILTIN``, or the config's
 ``stage_modules`` mapping: a dotted module, ``module:attribute`` or a ``.py`` file), so a missing stage is a
-one-line config error; what each gives the runner is its ``StageSpec`` (``parathink.stages.contract``). Each stage's log ends with one line that carries its metrics:
+one-line config error; what each gives the runner is its ``StageSpec`` (``parathink.stages.contract``). Each
+stage's log ends with one line that carries its metrics:
 ``[parathink] filter: done in 5.1 s, output 3f2a...; accepted=36 accepted_rate=0.45 ...``.
 """
 
