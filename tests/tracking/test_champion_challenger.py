@@ -99,6 +99,39 @@ def test_promotion_samples_champion_and_candidate_side_by_side(mlflow_server, ti
     out = pipe(meta["parathink.prompt"].format(problem="Tom has 3 apples and buys 4 more. How many now?"),
                max_new_tokens=40, do_sample=False, return_full_text=False)
     assert isinstance(out[0]["generated_text"], str) and out[0]["generated_text"]
+    _version_page(mlflow_server, second.version, tmp_path)
+
+
+def _version_page(url: str, version: str, tmp_path: Path) -> None:
+    """The champion's page in MLflow's UI (headless Chromium with the system driver, as tests/dags/test_dag_server.py
+    drives it) lists the decision tags; the screenshot goes to PARATHINK_SCREENSHOT_DIR (docs/img to refresh the
+    docs' copy), else the test's folder."""
+    import os
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    assert shutil.which("chromium") and shutil.which("chromedriver"), "no chromium/chromedriver: `make chromium`"
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+             "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1400,1700",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    for flag in flags:
+        options.add_argument(flag)
+    drv = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    drv.implicitly_wait(60)
+    try:
+        drv.get(f"{url}/#/models/{MODEL}/versions/{version}")
+        drv.find_element(By.XPATH, "//*[normalize-space()='promotion.delta.easy.accuracy']")
+        page = drv.find_element(By.TAG_NAME, "body").text
+        assert "promotion.decision" in page and "promoted" in page and "promotion.decided_by_run" in page
+        shots = Path(os.environ.get("PARATHINK_SCREENSHOT_DIR") or tmp_path)
+        drv.save_screenshot(str(shots / "mlflow-model-version-decision.png"))
+    finally:
+        drv.quit()
 
 
 def _comp(delta: float, se: float, guard: float) -> dict:
