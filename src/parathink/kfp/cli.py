@@ -1,7 +1,8 @@
 """``parathink kfp ...``: the curriculum as a Kubeflow pipeline.
 
     parathink kfp compile [overrides] [--output pipeline.yaml]     write the compiled pipeline (IR YAML)
-    parathink kfp run --local [overrides] [--pipeline-root DIR]    run it on this machine with kfp.local
+    parathink kfp run --local [--runner subprocess|docker] [--pipeline-root DIR] [overrides]
+                                                                  run it on this machine with kfp.local
     parathink kfp submit --host URL [--wait] [overrides]           submit it to a KFP endpoint (kfp.Client)
     parathink kfp status --host URL --run-name NAME                0 succeeded, 1 failed, 75 running, 2 no such run
     parathink kfp trainjob NAME [overrides]                        (inside a KFP task) one stage as a TrainJob
@@ -30,8 +31,12 @@ def _parser(verb: str) -> argparse.ArgumentParser:
     if verb == "compile":
         p.add_argument("--output", "-o", default="pipeline.yaml", help="where to write it (default: pipeline.yaml)")
     elif verb == "run":
-        p.add_argument("--local", action="store_true", required=True, help="kfp.local's SubprocessRunner, this venv")
-        p.add_argument("--pipeline-root", help="kfp.local's own outputs (default: .kfp-local beside the run dir)")
+        p.add_argument("--local", action="store_true", required=True, help="run it on this machine with kfp.local")
+        p.add_argument("--runner", choices=("subprocess", "docker"), default="subprocess",
+                       help="subprocess: each task in this venv (default); docker: each task in the profile's image "
+                            "through the Docker API at DOCKER_HOST (Docker or `podman system service`)")
+        p.add_argument("--pipeline-root", help="kfp.local's own outputs (default: .kfp-local beside the run dir; "
+                                               "docker: the run dir's parent, which its containers see)")
     elif verb in ("submit", "status"):
         p.add_argument("--host", required=True, help="the KFP API endpoint, e.g. http://ml-pipeline.kubeflow:8888")
         p.add_argument("--namespace", help="the KFP profile namespace (multi-user deployments only)")
@@ -68,13 +73,11 @@ def _compile(args) -> int:
 
 
 def _run_local(args) -> int:
-    from pathlib import Path
-
     from parathink.kfp import local
 
     plan = _plan(args.overrides)
-    root = args.pipeline_root or str(Path(local.local_run_dir(plan.run_dir)).parent / ".kfp-local")
-    return local.run(plan, root)
+    root = args.pipeline_root or local.default_pipeline_root(plan.run_dir, args.runner)
+    return local.run(plan, root, args.runner)
 
 
 def _endpoint(args):

@@ -1,8 +1,18 @@
 """``parathink kfp run --local``: the compiled pipeline's tasks run on this machine through ``kfp.local``.
 
-``SubprocessRunner(use_venv=False)`` runs each lightweight component in a subprocess of this Python (no image, no
-pip install), in task order. The Kubernetes settings (GPUs, node pools, /dev/shm, Secrets) are ignored locally;
-everything else is the pipeline that a cluster runs.
+Two runners, chosen with ``--runner``:
+
+- ``subprocess`` (default): ``SubprocessRunner(use_venv=False)`` runs each lightweight component in a subprocess
+  of this Python (no image, no pip install), in task order.
+- ``docker``: ``DockerRunner`` runs each task in its image (the cluster profile's ``image``, e.g.
+  ``cluster.image=localhost/parathink/trainer-cpu:<version>``) through the Docker API at ``DOCKER_HOST``: Docker, or
+  podman's compatible service (``podman system service``). The container sees one folder of this machine, the
+  pipeline root, bind-mounted at the same path, so the run directory must lie under it (or be an ``s3://`` URI):
+  the default pipeline root is then the run directory's parent. It runs as this user (files it writes stay
+  ours) on the host's network (an MLflow or S3 endpoint on 127.0.0.1 is reachable as it is from here).
+
+The Kubernetes settings (GPUs, node pools, /dev/shm, Secrets, limits) are ignored locally; everything else is the
+pipeline that a cluster runs.
 
 ``kfp.local`` reports only that a task failed. The component prints ``parathink-kfp: stage NAME exited CODE`` as
 its last line, and kfp.local copies each task's output to this process's stdout, so the run's exit code is read
@@ -13,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import sys
 import warnings
 from pathlib import Path
 
+from parathink.errors import ConfigError
 from parathink.kfp.plan import Plan
 
 STAGE_EXIT = re.compile(r"^\s*parathink-kfp: stage (\S+) exited (\d+)", re.MULTILINE)  # kfp.local indents logs
@@ -42,15 +54,51 @@ def local_run_dir(run_dir: str) -> str:
     return run_dir if "://" in run_dir else str(Path(run_dir).resolve())
 
 
-def run(plan: Plan, pipeline_root: str) -> int:
+RUNNERS = ("subprocess", "docker")
+
+
+def default_pipeline_root(run_dir: str, runner: str) -> str:
+    """kfp.local's own outputs: beside the run directory, or (docker) its parent, the one folder a container sees."""
+    parent = Path(local_run_dir(run_dir)).parent
+    return str(parent if runner == "docker" and "://" not in run_dir else parent / ".kfp-local")
+
+
+def check_visible(run_dir: str, pipeline_root: str) -> None:
+    """A docker task writes the run directory inside its container: refuse one the container cannot see."""
+    if "://" in run_dir:
+        return
+    root, path = Path(pipeline_root).resolve(), Path(local_run_dir(run_dir))
+    if not path.is_relative_to(root):
+        raise ConfigError(f"run_dir {path} is outside --pipeline-root {root}, the only folder of this machine a "
+                         "docker task sees; put the run directory under it or use an s3:// run_dir")
+
+
+def _runner(kind: str):
+    from kfp import local
+
+    if kind == "subprocess":
+        return local.SubprocessRunner(use_venv=False)
+    if kind == "docker":
+        # kfp passes these to docker-py's containers.run. The trainer image's ENTRYPOINT is `parathink`, and kfp
+        # sets the task's command as the container's CMD (on Kubernetes it replaces the entrypoint): env runs
+        # the command as given.
+        return local.DockerRunner(network_mode="host", user=f"{os.getuid()}:{os.getgid()}",
+                                  entrypoint=["/usr/bin/env"])
+    raise ConfigError(f"--runner: must be one of {', '.join(RUNNERS)}, got {kind!r}")
+
+
+def run(plan: Plan, pipeline_root: str, runner: str = "subprocess") -> int:
     """Run ``plan``'s pipeline with kfp.local; the exit code of the stage that failed, or 0."""
     from kfp import local
 
     from parathink.kfp.pipeline import build
 
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=pipeline_root, raise_on_error=True)
+    if runner == "docker":
+        check_visible(plan.run_dir, pipeline_root)
+    local.init(runner=_runner(runner), pipeline_root=str(Path(pipeline_root).resolve()), raise_on_error=True)
     pipeline = build(plan)
     tee = _Tee(sys.stdout)
+    stopped = False
     with warnings.catch_warnings():
         # kfp.local warns for every task whose image name lacks "python"; the trainer image is not used locally.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
@@ -58,7 +106,15 @@ def run(plan: Plan, pipeline_root: str) -> int:
             with contextlib.redirect_stdout(tee):
                 pipeline(run_dir=local_run_dir(plan.run_dir))
         except RuntimeError:  # kfp.local's message names the task; the stage's own message is in the log above
-            stage, code = tee.exits[-1] if tee.exits else ("(unknown)", "1")
-            print(f"parathink: error: the pipeline stopped at stage {stage} (exit {code})", file=sys.stderr)
-            return int(code)
+            stopped = True
+        except ValueError:
+            # DockerRunner reads a container that its auto-remove took away before the exit status was read as
+            # exit 0 (kfp 2.16, docker_task_handler), and podman removes at once: a failed task "succeeds" and
+            # the next one finds no output. The component's own exit line says what happened.
+            if not tee.exits:
+                raise
+    if stopped or tee.exits:  # (the same misreading can also hide the last task's failure: no error at all)
+        stage, code = tee.exits[-1] if tee.exits else ("(unknown)", "1")
+        print(f"parathink: error: the pipeline stopped at stage {stage} (exit {code})", file=sys.stderr)
+        return int(code)
     return 0
