@@ -117,7 +117,7 @@ def _version_page(url: str, version: str, tmp_path: Path) -> None:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-             "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1400,1700",
+             "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1100,1700",
              f"--user-data-dir={tmp_path / 'profile'}"]
     for flag in flags:
         options.add_argument(flag)
@@ -125,7 +125,8 @@ def _version_page(url: str, version: str, tmp_path: Path) -> None:
     drv.implicitly_wait(60)
     try:
         drv.get(f"{url}/#/models/{MODEL}/versions/{version}")
-        drv.find_element(By.XPATH, "//*[normalize-space()='promotion.delta.easy.accuracy']")
+        row = drv.find_element(By.XPATH, "//*[normalize-space()='promotion.delta.easy.accuracy']")
+        drv.execute_script("arguments[0].scrollIntoView({block: 'start'})", row)  # the tag table scrolls by itself
         page = drv.find_element(By.TAG_NAME, "body").text
         assert "promotion.decision" in page and "promoted" in page and "promotion.decided_by_run" in page
         shots = Path(os.environ.get("PARATHINK_SCREENSHOT_DIR") or tmp_path)
