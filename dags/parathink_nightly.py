@@ -138,8 +138,10 @@ DEFAULTS = (("stages", "PARATHINK_NIGHTLY_STAGES", lambda v: [s.strip() for s in
             ("overrides", "PARATHINK_NIGHTLY_OVERRIDES", lambda v: [o for o in v.splitlines() if o.strip()]),
             ("promote", "PARATHINK_NIGHTLY_PROMOTE", lambda v: v.strip().lower() in ("1", "true", "yes")))
 for key, env, parse in DEFAULTS:
-    if os.environ.get(env):
-        nightly.params.get_param(key).value = parse(os.environ[env])  # the scheduled night's default
+    if os.environ.get(env):  # the scheduled night's default; every task holds its own copy of the DAG's params
+        for params in [nightly.params, *(t.params for t in nightly.tasks)]:
+            if key in params:
+                params.get_param(key).value = parse(os.environ[env])
 
 with nightly:
     # short_circuit skips every task after it, whatever its trigger rule: an unchanged night ends as success
