@@ -40,7 +40,7 @@ def violations(spec: dict[str, Any]) -> list[str]:
             out.append(f"{where}: capabilities.drop lacks ALL")
         if set(caps.get("add") or []) - {ALLOWED_CAPABILITY}:
             out.append(f"{where}: capabilities.add {caps['add']}")
-        if not (sc.get("runAsNonRoot", pod.get("runAsNonRoot")) is True):
+        if sc.get("runAsNonRoot", pod.get("runAsNonRoot")) is not True:
             out.append(f"{where}: runAsNonRoot is not true (pod or container)")
         if sc.get("runAsUser") == 0:
             out.append(f"{where}: runAsUser=0")

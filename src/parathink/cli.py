@@ -24,7 +24,7 @@ import argparse
 import importlib
 import json
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from parathink import threads
 from parathink.formats.tags import GRAMMARS

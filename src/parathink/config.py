@@ -94,7 +94,8 @@ def _one_line(err: Exception) -> str:
 
 def compose(overrides: list[str]) -> DictConfig:
     """The root config with ``overrides``; raises ConfigError with a one-line message."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException

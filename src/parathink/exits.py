@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 from parathink import distributed
 from parathink.errors import ParathinkError

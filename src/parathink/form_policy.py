@@ -18,10 +18,11 @@ Operators widen the list through the deployment (``PARATHINK_FORM_ALLOW``, comma
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import io
 import json
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from parathink.errors import BadInput
 

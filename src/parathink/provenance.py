@@ -9,8 +9,8 @@ stage run ``note_read`` does nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from parathink.storage import digest
 

@@ -7,7 +7,8 @@ registering a name twice is refused, so a second function cannot silently replac
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from parathink.errors import ConfigError
 

@@ -32,7 +32,7 @@ RL_ENDS = (("accuracy_first", "acc first"), ("accuracy_last", "acc last"), ("par
 def _when(timestamp: float | None) -> str:
     if not timestamp:
         return "-"
-    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _num(value, digits: int = 3) -> str:

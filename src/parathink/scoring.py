@@ -6,9 +6,10 @@ parsing is one regex scan, and grading only happens when a gold answer is presen
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from parathink import jsonl
 from parathink.errors import BadInput

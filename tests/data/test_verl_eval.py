@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 from verl_files import REPEATS, combined_rows, write
 
-from parathink.stages import eval_sets
-from parathink.stages import runner
+from parathink.stages import eval_sets, runner
 
 MODEL_STAGE = str(Path(__file__).parents[1] / "stages" / "model_stage.py")
 

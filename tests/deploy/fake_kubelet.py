@@ -32,7 +32,7 @@ STAGE_TIMEOUT_S = 600
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_object(name: str, labels: dict, taints: list[dict], capacity: dict, port: int) -> dict:
@@ -56,7 +56,7 @@ def node_object(name: str, labels: dict, taints: list[dict], capacity: dict, por
 class _LogHandler(http.server.BaseHTTPRequestHandler):
     """GET /containerLogs/NAMESPACE/POD/CONTAINER: what the API server asks a kubelet for a pod's log."""
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):
         parts = self.path.split("?")[0].strip("/").split("/")
         text = self.server.logs.get(tuple(parts[1:3])) if len(parts) == 4 and parts[0] == "containerLogs" else None
         body = (text or "").encode()
@@ -87,7 +87,7 @@ class FakeKubelet:
         self.node = node_object(name, labels, taints, capacity, self._server.server_address[1])
         self._threads: list[threading.Thread] = []
 
-    def start(self) -> "FakeKubelet":
+    def start(self) -> FakeKubelet:
         node = self.core.create_node({k: v for k, v in self.node.items() if k != "status"})
         self.core.patch_node_status(self.name, {"status": self.node["status"]})
         # The API server taints a new node not-ready (TaintNodesByCondition); kube-controller-manager's node

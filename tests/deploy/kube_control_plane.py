@@ -93,7 +93,7 @@ class ControlPlane:
             time.sleep(0.2)
         raise ControlPlaneError(f"{name} not ready after {START_TIMEOUT_S} s (log: {self.folder / name}.log)")
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         try:
             self._start_etcd()
             self._start_apiserver()

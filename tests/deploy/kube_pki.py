@@ -40,7 +40,7 @@ class Pki:
         self.days = days
         folder.mkdir(parents=True, exist_ok=True)
         self._ca_key = _key()
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         ca_name = _name("parathink-test-ca")
         self._ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
                     .public_key(self._ca_key.public_key()).serial_number(x509.random_serial_number())
@@ -60,7 +60,7 @@ class Pki:
         """NAME.crt/NAME.key for ``cn``; a serving certificate is valid for localhost, 127.0.0.1 and ``hosts``
         (names or IP addresses: the local cluster's bridge address, the API server's Service names)."""
         key = _key()
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (x509.CertificateBuilder().subject_name(_name(cn, orgs)).issuer_name(self._ca.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())

@@ -37,7 +37,7 @@ def test_evaluate_set_summary():
     assert row["pass_at_k"] == 1.0 and row["best_at_k"] == 1.0
     assert row["parallel_rate"] == pytest.approx(2 / 8)
     assert row["valid_rate"] == pytest.approx(7 / 8)
-    assert row["relative_position"] == pytest.approx((len("Start.\n") / len(PAR)))
+    assert row["relative_position"] == pytest.approx(len("Start.\n") / len(PAR))
     assert row["blocks_per_trace"] == 1.0
     assert row["accuracy_parallel"] == 1.0
     assert row["maj_at_k"] == pytest.approx(1 / 2)  # p1 votes 7, p2 votes 8

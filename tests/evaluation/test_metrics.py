@@ -4,7 +4,8 @@ import itertools
 import random
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parathink.evaluation import metrics as M
 

@@ -7,8 +7,14 @@ token belongs to which path of which block), not from scanning token ids as ``bu
 import pytest
 import torch
 
-from parathink.formats.layouts import (REGION_OTHER, REGION_PATH, REGION_SUMMARY, TagIds, build_batch_layout,
-                                       build_layout)
+from parathink.formats.layouts import (
+    REGION_OTHER,
+    REGION_PATH,
+    REGION_SUMMARY,
+    TagIds,
+    build_batch_layout,
+    build_layout,
+)
 from parathink.formats.tags import TAGS
 
 IDS = {t: 1000 + i for i, t in enumerate(TAGS["parallel_r1"])}

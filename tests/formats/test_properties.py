@@ -14,7 +14,7 @@ from parathink.formats import parse
 TAG = r"</?(?:Parallel|Path|Summary)>"
 FREE = rf"(?:(?!{TAG})[\s\S])*"  # any text without a tag
 # Non-empty after stripping: some non-space character that is not the start of a tag.
-NONEMPTY = rf"(?=\s*(?:[^\s<]|<(?!/?(?:Parallel|Path|Summary)>)))"
+NONEMPTY = r"(?=\s*(?:[^\s<]|<(?!/?(?:Parallel|Path|Summary)>)))"
 BLOCK = (rf"<Parallel>\s*(?:<Path>{NONEMPTY}{FREE}</Path>\s*){{2,}}</Parallel>\s*"
          rf"<Summary>{NONEMPTY}{FREE}</Summary>")
 ORACLE = re.compile(rf"{FREE}(?:{BLOCK}{FREE})*")

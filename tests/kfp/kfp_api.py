@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 PREFIX = "/apis/v2beta1"
@@ -32,7 +32,7 @@ class JsonServer:
         self.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "JsonServer":
+    def __enter__(self) -> JsonServer:
         self._thread.start()
         return self
 

@@ -26,7 +26,7 @@ from parathink.kfp.manifests import TRAINER_GROUP
 from parathink.kfp.plan import make_plan, objects
 
 sys.path.insert(0, str(ROOT / "tests" / "deploy"))
-from kube_control_plane import ADMIN, ControlPlane, ControlPlaneError  # noqa: E402  (tests/deploy's control plane)
+from kube_control_plane import ADMIN, ControlPlane, ControlPlaneError
 
 pytestmark = pytest.mark.slow  # the control plane starts once for the module (about 8 s)
 NAMESPACE, ACCOUNT = "parathink", "parathink-runner"

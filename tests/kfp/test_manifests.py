@@ -11,7 +11,6 @@ import kubernetes_validate
 import pytest
 import yaml
 from kfp_helpers import SEEN, SFT_2_NODES, plan_json, task_name
-
 from pod_security import violations
 
 from parathink import podspec

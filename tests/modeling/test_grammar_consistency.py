@@ -11,11 +11,10 @@ import copy
 
 import pytest
 import torch
+from plan_model import plan_model, scripted_planner
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
 from parathink.modeling import install_path_vectors
-
-from plan_model import plan_model, scripted_planner
 
 TOL = 1e-4
 

@@ -3,8 +3,6 @@ keys/values; saved with the checkpoint and re-installed by load_model."""
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from parathink.formats.layouts import TagIds, build_layout

@@ -2,8 +2,16 @@
 
 import math
 
-from parathink.quality.expectations import (Verdict, at_least, at_most, equals, markdown_table, not_applicable,
-                                            summary_line, text_table)
+from parathink.quality.expectations import (
+    Verdict,
+    at_least,
+    at_most,
+    equals,
+    markdown_table,
+    not_applicable,
+    summary_line,
+    text_table,
+)
 
 
 def test_comparisons_and_nan():

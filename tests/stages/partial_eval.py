@@ -4,7 +4,8 @@ model's ``hard`` set (as an eval that stopped half-way but still wrote its resul
 import dataclasses
 import json
 
-from parathink.stages.eval import STAGE as EVAL, run as evaluate
+from parathink.stages.eval import STAGE as EVAL
+from parathink.stages.eval import run as evaluate
 
 
 def run(cfg, ctx):

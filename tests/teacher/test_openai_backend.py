@@ -30,8 +30,9 @@ class FakeOpenAI:
     client's concurrency does not depend on how fast a loaded machine schedules its threads.
     """
 
-    def __init__(self, delay=0.0, fail_first=0, serve_only=None, content=TRACE.format(7), hold_until=0):
-        self.delay, self.fail_first, self.serve_only, self.content = delay, fail_first, serve_only, content
+    def __init__(self, delay=0.0, fail_first=0, serve_only=None, content=None, hold_until=0):
+        self.delay, self.fail_first, self.serve_only = delay, fail_first, serve_only
+        self.content = TRACE.format(7) if content is None else content
         self.hold_until = hold_until
         self.lock = threading.Condition()
         self.requests = self.successes = self.in_flight = self.max_in_flight = 0

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 USAGE = "usage: parathink data describe SPEC   (SPEC: a problem-set mapping, e.g. '{source: verl, uri: FILE}')"
 N_SAMPLES = 3

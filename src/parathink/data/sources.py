@@ -25,10 +25,11 @@ import io
 import os
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from parathink import jsonl, provenance
 from parathink.data import verl

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from parathink.errors import BadInput
 

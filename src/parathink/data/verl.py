@@ -17,7 +17,8 @@ record fields and knows the wrappers to strip.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # The instruction wrappers that known sources put around the problem in the user message. Each pattern's
 # ``problem`` group is the problem itself; the first pattern that matches wins, text that none matches is kept whole.

@@ -27,8 +27,8 @@ the layout reads them.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -36,8 +36,8 @@ from parathink.engine.cache import RowCache
 from parathink.engine.decode import EagerDecode, StaticDecode
 from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
 from parathink.engine.runner import cache_shape, make_runner
-from parathink.engine.transfer import upload
 from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats
+from parathink.engine.transfer import upload
 from parathink.formats.layouts import Layout, TagIds, build_layout, causal_layout
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
 

@@ -7,7 +7,7 @@ model's own forward with the 4-D mask and position ids of ``parathink.modeling.s
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

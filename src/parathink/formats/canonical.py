@@ -12,7 +12,7 @@ whitespace so SFT sees token for token what the engine produces; text inside pat
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 
 from parathink.formats.tags import MAX_PARATHINKER_PATHS, TAGS, check_grammar
 
@@ -23,7 +23,7 @@ FORCED: dict[str, tuple[str, ...]] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pattern(grammar: str) -> re.Pattern:
     any_tag = "|".join(re.escape(t) for t in sorted(TAGS[grammar], key=len, reverse=True))
     forced = "|".join(re.escape(t) for t in sorted(FORCED[grammar], key=len, reverse=True))

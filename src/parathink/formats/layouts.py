@@ -22,8 +22,9 @@ raise: the scan just carries on, and since both sides use the same function they
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from parathink.formats.tags import MAX_PARATHINKER_PATHS, TAGS, check_grammar
 
@@ -48,7 +49,7 @@ class TagIds:
     path_label: Mapping[int, int] = field(default_factory=dict)  # ParaThinker: <thinkN> id -> N, the path id
 
     @classmethod
-    def from_mapping(cls, grammar: str, ids: Mapping[str, int]) -> "TagIds":
+    def from_mapping(cls, grammar: str, ids: Mapping[str, int]) -> TagIds:
         check_grammar(grammar)
         missing = [t for t in TAGS[grammar] if t not in ids]
         if missing:
@@ -75,7 +76,7 @@ class TagIds:
         return cls(grammar=grammar, ids=dict(ids), **roles)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, grammar: str) -> "TagIds":
+    def from_tokenizer(cls, tokenizer: Any, grammar: str) -> TagIds:
         """Look each tag up as ONE token; a tag the tokenizer splits or does not know is an error."""
         check_grammar(grammar)
         unk = getattr(tokenizer, "unk_token_id", None)
@@ -91,19 +92,19 @@ class TagIds:
 
 @dataclass(frozen=True)
 class Layout:
-    attention_mask: "torch.Tensor"  # [L, L] bool, True = query row may attend to key column
-    position_ids: "torch.Tensor"  # [L] long
-    path_ids: "torch.Tensor"  # [L] long, 0 outside paths, i+1 in path i
-    region: "torch.Tensor"  # [L] long, REGION_*
+    attention_mask: torch.Tensor  # [L, L] bool, True = query row may attend to key column
+    position_ids: torch.Tensor  # [L] long
+    path_ids: torch.Tensor  # [L] long, 0 outside paths, i+1 in path i
+    region: torch.Tensor  # [L] long, REGION_*
 
 
 @dataclass(frozen=True)
 class BatchLayout:
-    attention_mask: "torch.Tensor"  # [B, L, L] bool
-    position_ids: "torch.Tensor"  # [B, L] long
-    path_ids: "torch.Tensor"  # [B, L] long
-    region: "torch.Tensor"  # [B, L] long
-    padding: "torch.Tensor"  # [B, L] bool, True on right padding
+    attention_mask: torch.Tensor  # [B, L, L] bool
+    position_ids: torch.Tensor  # [B, L] long
+    path_ids: torch.Tensor  # [B, L] long
+    region: torch.Tensor  # [B, L] long
+    padding: torch.Tensor  # [B, L] bool, True on right padding
 
 
 _OUT, _PENDING, _PATH, _BETWEEN = range(4)
@@ -166,7 +167,7 @@ def scan(token_ids: Sequence[int], tags: TagIds) -> tuple[list[int], ...]:
     return pos, pid, blk, region, order
 
 
-def _mask(order: "torch.Tensor", blk: "torch.Tensor") -> "torch.Tensor":
+def _mask(order: torch.Tensor, blk: torch.Tensor) -> torch.Tensor:
     import torch
 
     n = order.shape[-1]
@@ -177,7 +178,7 @@ def _mask(order: "torch.Tensor", blk: "torch.Tensor") -> "torch.Tensor":
     return causal & ~other_path_same_block
 
 
-def build_layout(token_ids: Sequence[int] | "torch.Tensor", tags: TagIds, grammar: str | None = None) -> Layout:
+def build_layout(token_ids: Sequence[int] | torch.Tensor, tags: TagIds, grammar: str | None = None) -> Layout:
     """The layout of one sequence (prompt + response) of ``len(token_ids)`` tokens."""
     import torch
 

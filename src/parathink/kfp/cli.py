@@ -20,7 +20,6 @@ import time
 from parathink.errors import ConfigError
 from parathink.logs import log
 
-
 VERBS = ("compile", "run", "submit", "status", "trainjob")
 
 

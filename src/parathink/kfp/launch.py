@@ -49,7 +49,7 @@ class KubeAPI:
         self.http = client or httpx.Client(base_url=base_url, headers=headers, verify=verify, timeout=30.0)
 
     @classmethod
-    def in_cluster(cls) -> "KubeAPI":
+    def in_cluster(cls) -> KubeAPI:
         host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         token = SERVICE_ACCOUNT_DIR / "token"
         if not host or not token.is_file():

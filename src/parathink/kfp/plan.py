@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from parathink import cluster, podspec
 from parathink.cluster import Placement
-from parathink.kfp import manifests
 from parathink.errors import ConfigError
+from parathink.kfp import manifests
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from parathink.errors import ConfigError
 from parathink.kfp.pipeline import compile_to
 from parathink.kfp.plan import Plan
-from parathink.errors import ConfigError
 
 FINISHED_OK = "SUCCEEDED"
 FINISHED = (FINISHED_OK, "FAILED", "ERROR", "CANCELED", "SKIPPED")  # KFP v2's terminal run states

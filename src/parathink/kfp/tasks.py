@@ -16,7 +16,8 @@ compile (``PodNotExpressible``) instead of being dropped. What KFP sets elsewher
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kfp import kubernetes
 from kfp.dsl import PipelineTask

@@ -93,7 +93,8 @@ def resolve_source(source: str | os.PathLike) -> Path | str:
     if s.startswith(BUILTIN):
         path = ASSETS / s[len(BUILTIN):]
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"model source {s}: no shipped checkpoint at {path} (run `parathink stage base base.train=true`)")
+            raise FileNotFoundError(f"model source {s}: no shipped checkpoint at {path} "
+                                    "(run `parathink stage base base.train=true`)")
         return path
     if s.startswith("s3://"):
         return _download_s3(s, cache)
@@ -124,7 +125,8 @@ def _load_path_vectors(model, local: Path) -> None:
     missing, unexpected = model.load_state_dict(state, strict=False)
     absent = [k for k in model.state_dict() if ".path_vectors." in k and k not in state]
     if absent or unexpected:
-        raise ValueError(f"{local}: path vectors do not match the config ({len(absent)} missing, {len(unexpected)} unexpected)")
+        raise ValueError(f"{local}: path vectors do not match the config "
+                         f"({len(absent)} missing, {len(unexpected)} unexpected)")
 
 
 def load_tokenizer(source: str | os.PathLike):
@@ -134,7 +136,7 @@ def load_tokenizer(source: str | os.PathLike):
     local = direct if (direct / "tokenizer_config.json").exists() else resolve_source(source)
     try:
         tok = AutoTokenizer.from_pretrained(str(local))
-    except Exception as e:  # noqa: BLE001 - any failure here means the same thing to the user
+    except Exception as e:
         where = "local checkpoint" if isinstance(local, Path) else "hub id (not a local path; is the hub reachable?)"
         raise ValueError(f"cannot load a tokenizer from {source} [{where}]: {type(e).__name__}: {str(e)[:300]}") from e
     if tok.pad_token is None:

@@ -57,7 +57,8 @@ def _forward_with_paths(self, hidden_states, position_embeddings, attention_mask
     if past_key_values is not None:
         k, v = past_key_values.update(k, v, self.layer_idx)
     attention = mod.ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, mod.eager_attention_forward)
-    out, weights = attention(self, q, k, v, attention_mask, dropout=0.0 if not self.training else self.attention_dropout,
+    dropout = 0.0 if not self.training else self.attention_dropout
+    out, weights = attention(self, q, k, v, attention_mask, dropout=dropout,
                              scaling=self.scaling, sliding_window=getattr(self, "sliding_window", None), **kwargs)
     return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
 

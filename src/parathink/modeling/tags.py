@@ -8,7 +8,7 @@ untied. ``tag_ids`` is the lookup ``parathink.formats.layouts.TagIds`` relies on
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

@@ -8,7 +8,7 @@ loading. Tag tokens are *not* trained here: ``parathink.modeling.tags`` adds the
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast

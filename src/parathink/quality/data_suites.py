@@ -13,9 +13,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from parathink.quality.expectations import Expectation
 from parathink.quality.traces import FilterConfig, Judged
@@ -82,7 +83,7 @@ def _context(gx, docs_dir: Path | None):
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     if docs_dir is not None:
         context.add_data_docs_site(site_name="parathink", site_config={

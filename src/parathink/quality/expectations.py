@@ -85,7 +85,7 @@ class Verdict:
                 "evaluated_at": self.evaluated_at, "error": self.error}
 
     @classmethod
-    def from_record(cls, record: dict) -> "Verdict":
+    def from_record(cls, record: dict) -> Verdict:
         expectations = [Expectation(**{k: e.get(k) for k in Expectation.__dataclass_fields__})
                         for e in record.get("expectations", [])]
         return cls(stage=str(record.get("stage", "")), enabled=bool(record.get("enabled", True)),

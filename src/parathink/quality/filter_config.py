@@ -8,9 +8,10 @@ curriculum's; ``hydra_conf/stage/filter.yaml`` holds the gate thresholds, an exp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import FilterThresholds
@@ -47,14 +48,14 @@ class FilterStageConfig:
     gate: FilterThresholds = field(default_factory=FilterThresholds)
 
     @classmethod
-    def of(cls, cfg) -> "FilterStageConfig":
+    def of(cls, cfg) -> FilterStageConfig:
         """The root config's ``filter`` section."""
         from omegaconf import OmegaConf
 
         return cls.from_cfg(OmegaConf.to_container(cfg.filter, resolve=True))
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any]) -> "FilterStageConfig":
+    def from_cfg(cls, node: Mapping[str, Any]) -> FilterStageConfig:
         """The ``filter`` section (resolved, as plain data), checked; errors name ``filter.<key>``."""
         values = dict(node)
         values["length"] = LengthBounds(**dict(values.get("length") or {}))

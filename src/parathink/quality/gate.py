@@ -7,9 +7,9 @@ thresholds (``<stage>.gate.*``, ``parathink.quality.thresholds``), checked befor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from parathink.errors import ConfigError
 

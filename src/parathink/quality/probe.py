@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
 
@@ -32,7 +33,7 @@ class ProbeSpec:
     batch_size: int
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any], where: str) -> "ProbeSpec":
+    def from_cfg(cls, node: Mapping[str, Any], where: str) -> ProbeSpec:
         try:
             spec = cls(problems=dict(node["problems"]), k=int(node["k"]), mode=str(node["mode"]),
                        num_paths=int(node["num_paths"]), temperature=float(node["temperature"]),

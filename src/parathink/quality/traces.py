@@ -14,9 +14,9 @@ that is not a string or a number, or holds a lone surrogate is counted and liste
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from parathink import jsonl
 from parathink.formats import parse

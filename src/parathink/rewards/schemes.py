@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from parathink.formats.trace import Trace
 from parathink.registries import Registry

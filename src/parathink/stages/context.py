@@ -10,9 +10,9 @@ resumes), and resolves earlier stages' outputs through ``input``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from parathink.errors import StageInputMissing
 from parathink.tracking.base import NullTracker, Tracker
@@ -38,7 +38,7 @@ class StageContext:
         return path
 
     @classmethod
-    def standalone(cls, name: str, root: str | Path, seed: int = 0, tracker: Tracker | None = None) -> "StageContext":
+    def standalone(cls, name: str, root: str | Path, seed: int = 0, tracker: Tracker | None = None) -> StageContext:
         """A context for tests and notebooks: outputs under ``root/<name>``, inputs under ``root/<stage>``."""
         root = Path(root)
         out, work = root / name, root / f".work/{name}"

@@ -8,8 +8,9 @@ Only ``run`` is required; every other field has the default a stage gets when it
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from parathink.errors import ConfigError
 from parathink.stages.manifest import DEFAULT_SHARED_KEYS

@@ -10,8 +10,9 @@ then refuses a value that cannot work, naming ``eval.<key>``. No torch here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
@@ -60,7 +61,7 @@ class EvalConfig:
     gate: EvalThresholds = field(default_factory=EvalThresholds)
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any]) -> "EvalConfig":
+    def from_cfg(cls, node: Mapping[str, Any]) -> EvalConfig:
         """Build and check the ``eval`` section (resolved, as plain data)."""
         values = dict(node)
         values["sampling"] = Sampling(**dict(values.get("sampling") or {}))

@@ -84,7 +84,7 @@ class StageLock:
         self._mutex = threading.Lock()
         self._beat: threading.Thread | None = None
 
-    def __enter__(self) -> "StageLock":
+    def __enter__(self) -> StageLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
@@ -95,7 +95,7 @@ class StageLock:
                         f"after it finishes finds the stage done. If that process is gone: "
                         f"parathink unlock {self.root} {self.name}")
 
-    def acquire(self, wait_s: float = 0.0) -> "StageLock":
+    def acquire(self, wait_s: float = 0.0) -> StageLock:
         """Take the lock; wait up to ``wait_s`` for it, then raise LockHeld naming the holder."""
         deadline = time.monotonic() + wait_s
         while True:

@@ -126,7 +126,7 @@ class Manifest:
         return json.dumps(asdict(self), indent=1, sort_keys=True, default=str)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Manifest":
+    def from_json(cls, text: str | bytes) -> Manifest:
         try:
             data = parse_object(text)
         except ValueError as err:

@@ -27,8 +27,8 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from parathink import provenance, storage
 from parathink.errors import StageInputStale, Unavailable

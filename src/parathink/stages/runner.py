@@ -381,7 +381,9 @@ def _run_stages(cfg: DictConfig, names: list[str], stages: dict[str, StageSpec],
                 raise
             entry = {k: records[name].get(k) for k in ("status", "output_hash", "duration_s", "mlflow_run_id")}
             entry["gate_passed"] = (records[name].get("gates") or {}).get("passed")
-            rundir.update_run(lambda meta: meta.setdefault("stages", {}).__setitem__(name, entry))
+            # update_run calls it at once; the defaults bind this iteration's name and entry all the same.
+            rundir.update_run(lambda meta, name=name, entry=entry: meta.setdefault("stages", {}).__setitem__(
+                name, entry))
         status = "FINISHED"
     finally:
         if records or gate_failed:  # not when nothing got as far as publishing (e.g. another process held the lock)
@@ -398,7 +400,7 @@ def _write_report(cfg: DictConfig, names: list[str], rundir: RunDir) -> None:
     stages = list(dict.fromkeys([str(s) for s in cfg.stages] + names))
     try:
         log(f"report: {report.write(rundir, str(cfg.experiment_name), stages)}")
-    except Exception as err:  # noqa: BLE001 - the report is a convenience; the stages' outputs are the record
+    except Exception as err:
         log(f"warning: report.md not written ({type(err).__name__}: {err})")
 
 
@@ -513,6 +515,6 @@ def _print_demo_summary(cfg: DictConfig, minutes: float) -> None:
     if cfg.tracking.backend == "mlflow":
         mlflow_bin = Path(sys.executable).with_name("mlflow")
         print(f"MLflow UI:  {mlflow_bin if mlflow_bin.exists() else 'mlflow'} ui --backend-store-uri "
-              f"{redact_text(str(cfg.tracking.uri))} --port 5000   (run it here, then open http://127.0.0.1:5000; experiment "
-              f"{cfg.tracking.experiment}, registered model {cfg.tracking.registered_model})")
+              f"{redact_text(str(cfg.tracking.uri))} --port 5000   (run it here, then open http://127.0.0.1:5000; "
+              f"experiment {cfg.tracking.experiment}, registered model {cfg.tracking.registered_model})")
 

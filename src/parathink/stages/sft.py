@@ -25,7 +25,6 @@ from parathink.stages.contract import Gate, StageSpec
 from parathink.training.sft_config import REPLAYS, SFTConfig, start_stage
 
 
-
 def validate(cfg) -> None:
     settings(cfg)
 

@@ -114,9 +114,8 @@ def _write_jsonl(path, records: list[dict]) -> None:
 
 def _summary(records: list[dict], grammar: str) -> dict[str, float]:
     from parathink.formats import parse
-    from parathink.grading import grade
-
     from parathink.formats.metrics import paths_histogram
+    from parathink.grading import grade
 
     if not records:
         return {"parallel_rate": 0.0, "accuracy": 0.0}

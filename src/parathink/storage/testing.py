@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 def free_port() -> int:

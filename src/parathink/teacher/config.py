@@ -9,8 +9,9 @@ picked, so that switching backends back and forth does not lose the others' sett
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import TeacherThresholds

@@ -6,7 +6,7 @@ one (``build_prompt``); one response per problem.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from parathink.data.prompts import build_prompt, teacher_prompt
 from parathink.teacher.generators import Sampling, TextGenerator

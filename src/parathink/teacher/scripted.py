@@ -16,7 +16,7 @@ tiny model accuracy after SFT; the strategy list is therefore configuration, not
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from parathink.data.synthetic import running_values
 from parathink.teacher.traces import voted_trace

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 from parathink.data.prompts import build_prompt
+from parathink.grading import extract_answer
 from parathink.teacher.generators import Sampling, TextGenerator
 from parathink.teacher.traces import SUMMARIES, cut_after_boxed, fork_at_agreement, voted_trace
-from parathink.grading import extract_answer
 
 FORKS = ("start", "agreed")
 PATH_COUNTS = ("all", "decided", "random")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from parathink import jsonl
 
@@ -70,7 +70,7 @@ class RawStore:
         """The stored records of ``problems``, in their order (problems never generated are left out)."""
         return [self.records[p["id"]] for p in problems if p["id"] in self.records]
 
-    def __enter__(self) -> "RawStore":
+    def __enter__(self) -> RawStore:
         return self
 
     def __exit__(self, *exc) -> None:

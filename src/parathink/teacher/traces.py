@@ -1,4 +1,5 @@
-"""Building parallel traces from finished paths, in each grammar (the ``scripted`` and ``self`` teachers, SFT's replays).
+"""Building parallel traces from finished paths, in each grammar (the ``scripted`` and ``self`` teachers, SFT's
+replays).
 
 The trace is kept short and regular for a ~1M-parameter student (docs/calibration.md, "Cold-start SFT"): each path
 ends with its own ``\\boxed{N}``, so its result sits at a fixed place; the summary states the paths' majority

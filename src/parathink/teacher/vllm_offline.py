@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from parathink.data.prompts import teacher_prompt
 from parathink.errors import ConfigError

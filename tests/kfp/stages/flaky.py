@@ -4,8 +4,8 @@ as ``flaky.mode`` says: ``error`` (exit 1) for the first ``flaky.failures`` atte
 
 from pathlib import Path
 
-from parathink.quality import GateFailed
 from parathink.errors import ConfigError
+from parathink.quality import GateFailed
 
 
 def run(cfg, ctx):

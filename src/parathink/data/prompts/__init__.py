@@ -7,7 +7,7 @@ zero-shot instruction that asks a strong model for the parallel format) lives in
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -30,7 +30,7 @@ def build_prompt(problem: str, tokenizer: Any = None) -> str:
     return PLAIN_TEMPLATE.format(problem=problem)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_template(name: str) -> str:
     """The text of ``prompts/<name>.txt`` (e.g. ``teacher_parallel_r1``)."""
     path = resources.files(__name__).joinpath(f"{name}.txt")
