@@ -32,11 +32,11 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.password = json.loads((home / "passwords.json").read_text())["admin"]
 
-    def api(self, method: str, path: str, **kw) -> httpx.Response:
+    def api(self, method: str, path: str, headers: dict | None = None, **kw) -> httpx.Response:
         token = httpx.post(f"{self.url}/auth/token", json={"username": "admin", "password": self.password},
                            timeout=30).json()["access_token"]
-        return httpx.request(method, f"{self.url}/api/v2{path}", headers={"Authorization": f"Bearer {token}"},
-                             timeout=60, **kw)
+        return httpx.request(method, f"{self.url}/api/v2{path}", timeout=60,
+                             headers={"Authorization": f"Bearer {token}", **(headers or {})}, **kw)
 
     def runs(self) -> list[dict]:
         return self.api("GET", f"/dags/{DAG}/dagRuns", params={"order_by": "run_after"}).json()["dag_runs"]
