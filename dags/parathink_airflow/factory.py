@@ -32,15 +32,16 @@ def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_k
          **dag_kwargs)
     def curriculum():
         run = task(task_id="plan", retries=0, execution_timeout=PLAN_TIMEOUT)(tasks.plan)(dated_runs=nightly)
-        previous, stages = run, []
+        stages = []
         pools = task_pools(SLOTS, config_root())  # GPU stages wait for a node of the GPU pool in Airflow (pools.py)
         for task_id, stage in SLOTS:
             label = f"{stage} (before teacher: NPR-Zero)" if task_id == NPR_SLOT else stage
             pool = {"pool": pools[task_id]} if task_id in pools else {}
             current = task(task_id=task_id, task_display_name=label, **STAGE_TASK, **pool)(tasks.stage)(
                 run, slot=task_id)
-            previous >> current
-            previous = current
+            # Every earlier slot, not only the one before: plan skips the unused slots up front, and none_failed
+            # on a skipped neighbour alone let eval start beside sft (seen on the real scheduler, tests/e2e).
+            [run, *stages] >> current
             stages.append(current)
         # A sensor in reschedule mode: the pipeline may run for days without holding a worker; its wait is bounded
         # by the stages' ceiling end to end, each poke by a minute's work.
@@ -49,7 +50,7 @@ def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_k
                                timeout=tasks.MAX_TIMEOUT_S * len(SLOTS),
                                execution_timeout=timedelta(minutes=10))(tasks.kubeflow)(run)
         promote = task(task_id="promote", **STAGE_TASK)(tasks.promote)(run)
-        previous >> kubeflow
+        [run, *stages] >> kubeflow
         # promote, the one leaf, waits on every stage: a failed one anywhere makes it upstream_failed, which
         # fails the DAG run even when the tasks after the failure were skipped up front by plan.
         [*stages, kubeflow] >> promote

@@ -48,6 +48,7 @@ def dagbag() -> dict:
             "execution_timeouts": {t.task_id: t.execution_timeout.total_seconds() if t.execution_timeout else None
                                    for t in dag.tasks},
             "catchup": dag.catchup,
+            "upstream": {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks},
             "pools": {t.task_id: [t.pool, t.pool_slots] for t in dag.tasks},
         }
     return {"import_errors": bag.import_errors, "parse_s": seconds, "dags": dags,

@@ -36,6 +36,11 @@ def test_one_task_per_stage_in_order_between_plan_and_promote(dagbag, dag_id):
     dag = dagbag["dags"][dag_id]
     before, after = AROUND[dag_id]
     assert dag["tasks"] == [*before, "plan", *(task_id for task_id, _ in SLOTS), "kubeflow", "promote", *after]
+    # Each stage waits for every earlier one, not only its neighbour: plan skips unused slots up front, and
+    # none_failed on a skipped neighbour alone let eval start beside sft under a real scheduler (tests/e2e).
+    slots = [task_id for task_id, _ in SLOTS]
+    for i, task_id in enumerate(slots):
+        assert dag["upstream"][task_id] == sorted(["plan", *slots[:i]]), task_id
     # A skipped stage lets the chain go on; a failed one stops it.
     heads = {"plan", *before}
     assert {t: r for t, r in dag["trigger_rules"].items() if t not in heads} == {
