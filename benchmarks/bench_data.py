@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best_of, write_result  # noqa: E402
+from _common import best_of, write_result
 
-from parathink.data import synthetic  # noqa: E402
-from parathink.quality.traces import FilterConfig, filter_records, read_raw  # noqa: E402
-from parathink.teacher.scripted import scripted_trace  # noqa: E402
+from parathink.data import synthetic
+from parathink.quality.traces import FilterConfig, filter_records, read_raw
+from parathink.teacher.scripted import scripted_trace
 
 N_TRACES = 20_000
 CONCURRENCY = 8

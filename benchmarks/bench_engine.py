@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
+from _common import write_result
 
-from parathink.engine import Engine, SamplingConfig, recompute_logprobs  # noqa: E402
-from parathink.engine.toy import prompt_ids, toy_model  # noqa: E402
+from parathink.engine import Engine, SamplingConfig, recompute_logprobs
+from parathink.engine.toy import prompt_ids, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
 NEG = float("-inf")

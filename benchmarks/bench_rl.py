@@ -3,9 +3,10 @@
 Writes ``bench-results/rl.json`` with ``trl_s_per_step`` and ``parathink_s_per_step`` (median over the timed
 steps, after one untimed warm-up step each) and their ratio (target: ours <= 0.7 of TRL's), measured in this one
 run so machine noise hits both alike. Ours runs a second time with ``old_logprobs=recompute``
-(``recompute_s_per_step``, ``recompute_update_over_engine``): the price of the extra no-grad forward. Both sides: the same checkpoint, hard synthetic problems, P prompts x G
-rollouts, temperature 1.0, at most L new tokens, the accuracy reward, token-level loss, no KL, one update per
-step, AdamW at the same lr. TRL samples with transformers' ``generate``; we sample with ``parathink.engine``.
+(``recompute_s_per_step``, ``recompute_update_over_engine``): the price of the extra no-grad forward. Both
+sides: the same checkpoint, hard synthetic problems, P prompts x G rollouts, temperature 1.0, at most L new
+tokens, the accuracy reward, token-level loss, no KL, one update per step, AdamW at the same lr. TRL samples with
+transformers' ``generate``; we sample with ``parathink.engine``.
 
 Run: .venv/bin/python benchmarks/bench_rl.py [--steps 4] [--prompts 8] [--group 8] [--new-tokens 96]
 """

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best_of, write_result  # noqa: E402
+from _common import best_of, write_result
 
-from parathink.grading import grade  # noqa: E402
-from parathink.scoring import score_record  # noqa: E402
+from parathink.grading import grade
+from parathink.scoring import score_record
 
 TARGET_CHARS = 2048
 N = 20_000

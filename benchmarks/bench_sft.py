@@ -37,14 +37,13 @@ def traces(n: int) -> list[dict]:
 
 
 def run_variant(name: str, steps: int, batch: int, n: int, out: Path) -> dict:
-    import torch
 
     from parathink.data.prompts import build_prompt
     from parathink.formats.layouts import TagIds
     from parathink.modeling import load_model
     from parathink.tracking.base import NullTracker
-    from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
     from parathink.training import sft_config
+    from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
 
     model, tok = load_model("builtin:tiny_base")
     data = traces(n)

@@ -38,11 +38,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_engine  # noqa: E402
-import gpu_qwen3_4b  # noqa: E402
+import bench_engine
+import gpu_qwen3_4b
 
-from parathink.engine import Engine, SamplingConfig, recompute_logprobs  # noqa: E402
-from parathink.engine.toy import prompt_ids, toy_model  # noqa: E402
+from parathink.engine import Engine, SamplingConfig, recompute_logprobs
+from parathink.engine.toy import prompt_ids, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = "cuda"  # --device cpu: a dry run of this script's logic on a machine without a GPU

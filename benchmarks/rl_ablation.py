@@ -215,7 +215,8 @@ def gradcheck(seed: int) -> dict:
     from parathink.rewards import get_reward
     from parathink.training.rl import update
     from parathink.training.rl_config import RLConfig
-    from parathink.training.rl_rollouts import assemble, score as score_rollout
+    from parathink.training.rl_rollouts import assemble
+    from parathink.training.rl_rollouts import score as score_rollout
 
     model, tok = load_model("builtin:tiny_base")
     engine = Engine(model, tok, "parallel_r1", "causal", 3)
@@ -271,7 +272,7 @@ def table(path: Path) -> str:
             continue
         base = bases.get((r["n"], r["k"], r["score_seed"]))
         acc = 100.0 * sum(r["right"]) / (r["n"] * r["k"])
-        diff = "-" if base is None else "%+.1f ± %.1f" % paired(base, r["right"], r["k"])
+        diff = "-" if base is None else "{:+.1f} ± {:.1f}".format(*paired(base, r["right"], r["k"]))
         lines.append(f"| {r['arm']} | {' '.join(r['overrides']) or '-'} | {r['seed']} | {r['steps']} | "
                      f"{r['seconds'] / 60:.1f} | {r['reward_first']:.3f} -> {r['reward_last']:.3f} | {acc:.1f} | "
                      f"{diff} |")

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from parathink.training.losses import (NORMALISERS, LossSpec, get_aggregation, get_policy_loss, grpo_loss,
-                                       k3_kl)
+from parathink.training.losses import NORMALISERS, LossSpec, get_aggregation, get_policy_loss, grpo_loss, k3_kl
 
 
 def test_clipped_surrogate_values_and_clip_mask():

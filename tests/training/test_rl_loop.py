@@ -13,10 +13,10 @@ import math
 
 import pytest
 import torch
+from rl_helpers import KillAt, assert_trained, rl_cfg, sampled_batch, step_rows, train_standalone
 
 from parathink.errors import ConfigError
 from parathink.training.rl import TrainingDiverged
-from rl_helpers import KillAt, assert_trained, rl_cfg, sampled_batch, step_rows, train_standalone
 
 pytestmark = pytest.mark.usefixtures("rl_test_setup")
 
@@ -154,7 +154,9 @@ def test_update_skips_flat_groups_without_changing_the_gradient(tiny_checkpoint)
     # The reference: the whole batch's loss, every rollout through the forward.
     ordered = batch.rollouts
     logp = policy_logprobs(engine, model, [r.sample for r in ordered])
-    pad = lambda rows: torch.nn.utils.rnn.pad_sequence([torch.as_tensor(x, dtype=torch.float32) for x in rows], batch_first=True)
+    def pad(rows):
+        return torch.nn.utils.rnn.pad_sequence([torch.as_tensor(x, dtype=torch.float32) for x in rows], batch_first=True)
+
     old, mask = pad([r.sample.logprobs for r in ordered]), pad([r.sample.loss_mask for r in ordered])
     cfg = rl_cfg(lr=1.0, grad_clip=0.0, micro_batch_size=3)
     loss, _ = grpo_loss(cfg.loss_spec, logp, old[:, :logp.shape[1]], torch.tensor([r.advantage for r in ordered]),

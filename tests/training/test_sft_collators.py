@@ -10,8 +10,15 @@ from parathink.data.synthetic import corpus
 from parathink.formats.layouts import TagIds
 from parathink.formats.tags import TAGS
 from parathink.modeling.tokenizer import train_tokenizer
-from parathink.training.sft import (IGNORE, CausalCollator, StructuredCollator, encode_traces, global_batch_plan,
-                                   path_replay_trace, vote_replay_trace)
+from parathink.training.sft import (
+    IGNORE,
+    CausalCollator,
+    StructuredCollator,
+    encode_traces,
+    global_batch_plan,
+    path_replay_trace,
+    vote_replay_trace,
+)
 
 TRACE = "<Parallel><Path>3 + 4 = 7</Path><Path>4 + 3 = 7</Path></Parallel><Summary>7</Summary>\n\\boxed{7}"
 

@@ -3,8 +3,9 @@
 A field's type says what a threshold must be (``float | None``: null switches that check off); ``rate`` and
 ``not_below`` add the bounds a type cannot say. No field has a default: the values live in
 ``hydra_conf/stage/<stage>.yaml``, once, and a missing one is refused. The stage schemas that have a ``gate`` field of
-these types (teacher, filter, eval) refuse a wrong type or a misspelt threshold while composing; ``check_thresholds``
-checks every gate's section the same way, bounds included, before any stage starts (one line, exit 2).
+these types (every built-in stage: teacher, filter, eval, base, sft, the RL stages) refuse a wrong type or a misspelt
+threshold while composing; ``check_thresholds`` checks every gate's section the same way, bounds included, before
+any stage starts (one line, exit 2).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Config picks one with ``advantage: <name>``.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -10,10 +10,12 @@ config is composed, ``check`` refuses values that cannot work. No torch here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
+from parathink.quality.thresholds import BaseThresholds
 from parathink.training.optim_config import with_betas
 
 LOSS_ON = ("response", "all")
@@ -52,10 +54,10 @@ class BaseConfig:
     num_threads: int = 0  # torch threads; 0 keeps torch's default, 1 is faster when other jobs share the cores
     # The stage's quality gate on model/ (parathink.quality.model_gates.base_gate, docs/gates.md); its thresholds
     # are in base.yaml. Not part of the config hash.
-    gate: dict[str, Any] = field(default_factory=dict)
+    gate: BaseThresholds = field(default_factory=BaseThresholds)  # a wrong type or key fails at compose
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any]) -> "BaseConfig":
+    def from_cfg(cls, node: Mapping[str, Any]) -> BaseConfig:
         """Build and check the ``base`` section (a plain mapping); every error names ``base.<key>``."""
         unexpected = sorted(set(node) - {f.name for f in fields(cls)})
         if unexpected:

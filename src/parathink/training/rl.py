@@ -42,20 +42,28 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from parathink import distributed, storage
+from parathink import distributed, jsonl, storage
 from parathink.errors import ConfigError, ParathinkError
 from parathink.logs import log
 from parathink.training import rl_checkpoint
 from parathink.training.losses import NORMALISERS, grpo_loss
 from parathink.training.rl_config import RLConfig
-from parathink.training.rl_parallel import (StepGroup, add_zero_weight_rows, check_launch, deepspeed_plugin,
-                                            sampling_policy, sync_policy, zero_stage)
+from parathink.training.rl_parallel import (
+    StepGroup,
+    add_zero_weight_rows,
+    check_launch,
+    deepspeed_plugin,
+    sampling_policy,
+    sync_policy,
+    zero_stage,
+)
 from parathink.training.rl_rollouts import Rollout, StepBatch, assemble, problems_for_step, score, step_metrics
 
 
@@ -530,7 +538,8 @@ def _jsonable(record: dict) -> dict:
 def _read_metrics(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # The one JSONL reader: a damaged line is one `file:line: why` (exit 2), not a traceback.
+    return [row for _, row in jsonl.read(path)]
 
 
 def _truncate_metrics(path: Path, last_step: int) -> None:

@@ -4,7 +4,8 @@ Every option is declared here, with its default and what it does, grouped by con
 The defaults are the tiny curriculum's algorithm settings (the experiment ``parathink run`` runs on a laptop)
 wherever its four RL stages agree. ``hydra_conf/stage/rl.yaml`` adds what the demo shares (the wall-clock safety
 stop, the before/after probe) and the gate thresholds, each stage's file (``rl_easy.yaml``, ...) what sets that
-stage apart (its number of steps among them), and an experiment what it changes (``parallel_r1_seen``: the paper's batch, budget and learning rate).
+stage apart (its number of steps among them), and an experiment what it changes (``parallel_r1_seen``: the paper's
+batch, budget and learning rate).
 The class is the Hydra schema of those files (``parathink.config``), so a misspelt key or a value of the wrong type
 fails when the config is composed; ``check`` then refuses any value that cannot work, naming ``<stage>.<key>``,
 before a model is loaded. No torch here: ``parathink plan`` validates RL stages
@@ -14,11 +15,13 @@ in the orchestrator image, which has none.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
+from parathink.quality.thresholds import RLThresholds
 from parathink.training.optim_config import with_betas
 
 ENGINE_MODES = ("causal", "structured")
@@ -108,7 +111,7 @@ class RLConfig:
     num_threads: int = 0  # torch CPU threads; 0 keeps torch's default (all cores), 1 when other jobs share them
     # The stage's quality gate, judged from its own records when it finishes (parathink.quality.rl_gate, docs/
     # gates.md); its thresholds are in rl.yaml. Not part of the config hash.
-    gate: dict[str, Any] = field(default_factory=dict)
+    gate: RLThresholds = field(default_factory=RLThresholds)  # a wrong type or key fails at compose
 
     @property
     def loss_spec(self):
@@ -122,7 +125,7 @@ class RLConfig:
         return {"switch_step": self.scaffold_steps} if self.reward == "scaffold" else {}
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any], stage: str) -> "RLConfig":
+    def from_cfg(cls, node: Mapping[str, Any], stage: str) -> RLConfig:
         """Build and check a stage's section (a plain mapping); every error names ``<stage>.<key>``."""
         known = {f.name for f in fields(cls)}
         unexpected = sorted(set(node) - known)

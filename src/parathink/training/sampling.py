@@ -6,7 +6,7 @@ for quick in-training checks, where a plain KV-cached ``generate`` is exact.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -29,7 +29,8 @@ def generate_responses(model, tokenizer, prompts: Sequence[str], *, temperature:
             enc = tokenizer(list(prompts[i:i + batch_size]), return_tensors="pt", padding=True,
                             add_special_tokens=False).to(model.device)
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-            kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
+            kw = (dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0
+                  else dict(do_sample=False))
             ids = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                  eos_token_id=tokenizer.eos_token_id, **kw)
             out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)

@@ -12,8 +12,8 @@ DeepSpeed ZeRO and FSDP all come from ``TrainingArguments`` filled from the stag
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from transformers import Trainer, TrainerCallback

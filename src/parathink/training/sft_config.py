@@ -11,11 +11,13 @@ here: ``parathink plan`` validates every stage in the orchestrator image, which 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
+from parathink.quality.thresholds import SFTThresholds
 from parathink.training.optim_config import with_betas
 
 COLLATORS = ("causal", "structured")
@@ -86,10 +88,10 @@ class SFTConfig:
     fsdp_config: dict[str, Any] = field(default_factory=dict)  # passed to TrainingArguments.fsdp_config
     # The stage's quality gate on model/ (parathink.quality.model_gates.sft_gate, docs/gates.md); its thresholds
     # and probe are in sft.yaml. Not part of the config hash.
-    gate: dict[str, Any] = field(default_factory=dict)
+    gate: SFTThresholds = field(default_factory=SFTThresholds)  # a wrong type or key fails at compose
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any]) -> "SFTConfig":
+    def from_cfg(cls, node: Mapping[str, Any]) -> SFTConfig:
         """Build and check the ``sft`` section (resolved, as plain data; ``deepspeed`` a path that exists here)."""
         values = dict(node)
         for key in REPLAYS:
