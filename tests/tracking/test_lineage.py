@@ -1,7 +1,7 @@
 """Runs that trace back and line up: lineage tags, run names, and stage-independent ``final.*`` metrics."""
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from mlflow.tracking import MlflowClient
 
@@ -34,7 +34,7 @@ def test_an_image_without_a_checkout_reports_the_commit_it_was_built_from(tmp_pa
 
 
 def test_run_names_tell_runs_apart():
-    now = datetime(2026, 12, 3, 6, 5, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 3, 6, 5, tzinfo=UTC)
     a = run_name("tiny", seed=0, run_dir="/x/runs/a/r", environ={}, now=now)
     b = run_name("tiny", seed=0, run_dir="/x/runs/b/r", environ={}, now=now)
     assert a == "tiny 2026-12-03 06:05 seed 0 a/r" and b.endswith("b/r") and a != b  # same last folder, told apart

@@ -1,7 +1,6 @@
 """Secrets in config values never reach a manifest, run.json, MLflow params or the JSONL tracker (issue 21)."""
 
 import json
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient

@@ -8,11 +8,12 @@ hand-written responses through exactly the same code as the eval stage.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from parathink.data.prompts import build_prompt
-from parathink.evaluation.results import SetRow
 from parathink.evaluation.metrics import best_at_k, maj_at_k, majority, mean_at_k, mean_pass_at_k
+from parathink.evaluation.results import SetRow
 from parathink.formats import parse
 from parathink.formats.metrics import paths_histogram, relative_position, summarize
 from parathink.grading import grade

@@ -9,7 +9,8 @@ structured sampling has no fallback.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from parathink.evaluation.evaluate import TextGenerator
 

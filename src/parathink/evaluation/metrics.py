@@ -15,8 +15,8 @@ All pure functions over per-problem verdicts, so that the eval stage, tests and 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from math import comb
-from typing import Sequence
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -8,7 +8,7 @@ parallel_rate, valid_rate, ...) can be compared or guarded the same way.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from parathink.evaluation.evaluate import summarize_set
 from parathink.evaluation.metrics import paired_difference

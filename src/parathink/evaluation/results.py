@@ -9,8 +9,9 @@ a file that is not one with a one-line ``BadInput`` naming it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, TypedDict
+from typing import TypedDict
 
 from parathink.errors import BadInput
 from parathink.jsonl import parse_object

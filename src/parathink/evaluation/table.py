@@ -57,7 +57,10 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
 
 def render(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    def line(r):
+        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 

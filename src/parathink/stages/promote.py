@@ -24,12 +24,10 @@ from omegaconf import DictConfig
 from parathink.errors import ConfigError
 from parathink.evaluation import results as results_file
 from parathink.stages.context import StageContext
+from parathink.stages.contract import StageSpec
 from parathink.tracking import challenge
 from parathink.tracking.promote_config import PromoteConfig
 
-# The registry and the run's MLflow parent are recorded by `tracking`; the eval stage's results are the input.
-# The paired re-evaluation samples with the eval stage's settings, on its sets, in the run's format.
-SHARED_KEYS = ("tracking", "experiment_name", "seed", "eval", "format")
 TABLE_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "relative_position")
 
 
@@ -78,8 +76,8 @@ def _describe(version) -> dict:
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict:
-    from parathink.stages.rundir import RunDir
     from parathink.quality import GateFailed
+    from parathink.stages.rundir import RunDir
     from parathink.tracking import reachable, registry
 
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))
@@ -176,3 +174,8 @@ def best_version_of_run(client, name: str, parent_run_id: str, results: dict, me
         if value is not None and value > best_value:
             best, best_value = version, value
     return best
+
+
+# The registry and the run's MLflow parent are recorded by `tracking`; the eval stage's results are the input.
+# The paired re-evaluation samples with the eval stage's settings, on its sets, in the run's format.
+STAGE = StageSpec(run=run, validate=validate, shared_keys=("tracking", "experiment_name", "seed", "eval", "format"))

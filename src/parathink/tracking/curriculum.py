@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
 from omegaconf import DictConfig
 
 from parathink.jsonl import load_record
@@ -46,7 +47,7 @@ class CurriculumTracking:
             ensure_reachable(str(cfg.tracking.uri))
 
     @staticmethod
-    def from_config(cfg: DictConfig, rundir, meta: dict) -> "CurriculumTracking":
+    def from_config(cfg: DictConfig, rundir, meta: dict) -> CurriculumTracking:
         backend = str(cfg.tracking.backend) if "tracking" in cfg else "none"
         if backend == "mlflow":
             return MlflowCurriculumTracking(cfg, rundir, meta)

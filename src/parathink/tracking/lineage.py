@@ -15,9 +15,9 @@ laptop, in an Airflow task or in a pod; an orchestrator passes what only it know
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Mapping
 
 import parathink
 
@@ -70,7 +70,7 @@ def run_name(experiment: str, *, seed: int, run_dir: str, environ: Mapping[str, 
              now: datetime | None = None) -> str:
     """``<experiment> <date> seed <s> <who>``: who is the Airflow or KFP run id when there is one, else the run
     directory's last two folders (``runs/a/r`` and ``runs/b/r`` differ; the last folder alone did not)."""
-    when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M")
+    when = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M")
     who = environ.get("AIRFLOW_CTX_DAG_RUN_ID") or environ.get("PARATHINK_KFP_RUN_ID")
     if not who:
         parts = [p for p in run_dir.rstrip("/").replace("s3://", "").split("/") if p]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 # MLflow accepts alphanumerics, underscores, dashes, periods, spaces, colons and slashes in keys.
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")

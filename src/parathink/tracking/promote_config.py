@@ -7,8 +7,9 @@ class is the Hydra schema of ``tracking.promote`` (``hydra_conf/tracking/sqlite.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
 
@@ -31,7 +32,7 @@ class PromoteConfig:
     k: int = 4  # samples per problem for each model
 
     @classmethod
-    def of(cls, cfg) -> "PromoteConfig":
+    def of(cls, cfg) -> PromoteConfig:
         """The root config's rule; refused without the MLflow registry to promote in."""
         if str(cfg.tracking.backend) != "mlflow":
             raise ConfigError(f"promote: needs the MLflow registry (tracking.backend=mlflow), got "
@@ -39,7 +40,7 @@ class PromoteConfig:
         return cls.from_cfg(cfg.tracking.promote)
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any]) -> "PromoteConfig":
+    def from_cfg(cls, node: Mapping[str, Any]) -> PromoteConfig:
         plain = dict(node)
         cfg = cls(metric=str(plain["metric"]), margin=plain["margin"], candidate=str(plain["candidate"]),
                   paired=plain.get("paired", True), metrics=[str(m) for m in plain.get("metrics") or []],

@@ -10,7 +10,7 @@ moves ``champion`` only when the candidate wins (docs/lifecycle.md), and records
 from __future__ import annotations
 
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 from parathink.tracking.promote_config import PromoteConfig
 
