@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from parathink.storage.testing import free_port as _pick_port
+from servers import free_port as _pick_port
 
 STAGE_FILE = str(Path(__file__).parent / "stages" / "resume_stage.py")
 
@@ -118,8 +117,7 @@ def curriculum(make_curriculum):
 def mlflow_server(tmp_path, free_port):
     """The URL of a real ``mlflow server`` (sqlite store) whose artifacts go to moto's S3 server, bucket ``mlflow``."""
     import httpx
-
-    from parathink.storage.testing import moto_s3
+    from servers import moto_s3
 
     with moto_s3("mlflow"):
         port = free_port()

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from servers import sqlite_store
 
 import parathink
 from parathink.stages.manifest import MANIFEST, tree_hashes
-from parathink.tracking.testing import sqlite_store
 
 STAGE_FILE = str(Path(__file__).parent / "stages" / "resume_stage.py")
 SRC = str(Path(parathink.__file__).parents[1])

@@ -81,9 +81,9 @@ def test_gguf_smollm2_to_checkpoint_and_generate(cache):
 
 def test_an_s3_model_key_that_climbs_out_of_the_cache_is_refused(tmp_path, cache):
     import boto3
+    from servers import moto_s3
 
     from parathink.storage import StorageError
-    from parathink.storage.testing import moto_s3
 
     with moto_s3("models"):
         client = boto3.client("s3")

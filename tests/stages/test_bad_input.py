@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from servers import moto_s3
 
 from parathink.stages import runner
-from parathink.storage.testing import moto_s3
 
 PROBLEMS = "teacher.problems=[{source:synthetic,level:easy,split:train,n:%s%s}]"
 
@@ -80,8 +80,7 @@ def test_a_missing_bucket_is_one_line(tmp_path, capsys):
 
 def test_a_config_that_fails_validation_leaves_no_mlflow_run(tmp_path, capsys, monkeypatch):
     from mlflow.tracking import MlflowClient
-
-    from parathink.tracking.testing import sqlite_store
+    from servers import sqlite_store
 
     monkeypatch.chdir(tmp_path)
     uri = sqlite_store(tmp_path / "mlflow.db")
@@ -125,7 +124,7 @@ def _cli(*args, timeout=120) -> subprocess.CompletedProcess:
 
 
 def test_an_unreachable_mlflow_server_fails_fast_naming_the_uri(tmp_path):
-    from parathink.storage.testing import free_port
+    from servers import free_port
 
     uri = f"http://127.0.0.1:{free_port()}"
     for args in (["stage", "teacher", f"run_dir={tmp_path / 'run'}", "tracking=server", f"tracking.uri={uri}",

@@ -99,8 +99,9 @@ def test_bad_thresholds_are_one_line_before_any_stage(curriculum, capsys):
 
 
 def test_on_s3_a_failed_verdict_is_published_and_a_new_threshold_republishes_it(curriculum, tmp_path):
+    from servers import moto_s3
+
     from parathink import storage
-    from parathink.storage.testing import moto_s3
 
     with moto_s3("runs"):
         curriculum.run_dir = "s3://runs/exp1"

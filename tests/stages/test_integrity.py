@@ -11,11 +11,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
+from servers import moto_s3
 
 from parathink import storage
 from parathink.stages import runner
 from parathink.stages.manifest import MANIFEST
-from parathink.storage.testing import moto_s3
 
 
 def manifest(run_dir, stage) -> dict:

@@ -171,8 +171,9 @@ def test_resume_from_work_dir_after_interrupt(curriculum):
 
 
 def test_s3_run_dir(curriculum, tmp_path, monkeypatch):
+    from servers import moto_s3
+
     from parathink import storage
-    from parathink.storage.testing import moto_s3
 
     with moto_s3("runs"):
         curriculum.run_dir = "s3://runs/exp1"

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 import pytest
+from servers import moto_s3
 
 from parathink import storage
-from parathink.storage.testing import moto_s3
 
 
 @pytest.fixture(scope="module")

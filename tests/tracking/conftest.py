@@ -1,8 +1,7 @@
 """Tracking tests drive the runner with the plug-in test stages (tests/conftest.py), tracked in MLflow."""
 
 import pytest
-
-from parathink.tracking.testing import sqlite_store
+from servers import sqlite_store
 
 
 @pytest.fixture

@@ -3,11 +3,11 @@
 import json
 
 from mlflow.tracking import MlflowClient
+from servers import sqlite_store
 
 from parathink.stages import runner
 from parathink.stages.manifest import Manifest
 from parathink.tracking.datasets import stage_datasets
-from parathink.tracking.testing import sqlite_store
 
 
 def test_records_name_earlier_stages_and_outside_files(tmp_path):

@@ -52,7 +52,7 @@ def test_final_metrics_are_the_chosen_stage_under_stage_free_names():
 
 def test_a_tracked_run_carries_its_lineage_on_parent_and_stages(make_curriculum, tmp_path, monkeypatch):
     """A real curriculum (the plug-in test stages) tracked in MLflow from inside an Airflow-like task context."""
-    from parathink.tracking.testing import sqlite_store
+    from servers import sqlite_store
 
     for k, v in AIRFLOW.items():
         monkeypatch.setenv(k, v)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 from mlflow.tracking import MlflowClient
+from servers import sqlite_store
 
 from parathink.redact import REDACTED, redact, redact_text
 from parathink.stages import runner
-from parathink.tracking.testing import sqlite_store
 
 PASSWORD, API_KEY, ENV_HOST = "hunter2-pw", "sk-live-123456", "internal-host.example"
 
