@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from parathink.errors import ConfigError
 
@@ -219,7 +220,8 @@ def placement(cfg, stage: str) -> Placement:
     mine = overrides.get(stage) or {}
     bad = set(mine) - OVERRIDABLE
     if bad:
-        raise ConfigError(f"cluster.stage_overrides.{stage}: unknown keys {sorted(bad)} (allowed: {sorted(OVERRIDABLE)})")
+        raise ConfigError(f"cluster.stage_overrides.{stage}: unknown keys {sorted(bad)} "
+                          f"(allowed: {sorted(OVERRIDABLE)})")
     gpus = _count(mine.get("gpus_per_node", _get(p, "gpus_per_node", w)), f"{w}.gpus_per_node", 0)
     gpu = accelerator == "cuda" and gpus > 0 and stage in gpu_stages
     kind = "gpu" if gpu else "cpu"
@@ -305,7 +307,8 @@ def check_memory(model: Mapping, gpu_memory: Any, placements: Mapping[str, Place
             have, what = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory")), f"cluster.gpu_memory {gpu_memory}"
             where = f"per GPU on {gpus} GPUs"
         elif not p.gpu and "memory" in p.resources:
-            need, have, what = weights, quantity_bytes(p.resources["memory"]), f"its pod's memory {p.resources['memory']}"
+            memory = p.resources["memory"]
+            need, have, what = weights, quantity_bytes(memory), f"its pod's memory {memory}"
             where = "in a CPU pod"
         else:
             continue

@@ -39,7 +39,8 @@ def k8s_name(text: str) -> str:
 
 def labels(p: Placement) -> dict[str, str]:
     """The one label set of a stage's pods (Airflow, KFP and TrainJob alike): NetworkPolicies select on it."""
-    out = {"app.kubernetes.io/name": "parathink", "app.kubernetes.io/component": "stage", STAGE_LABEL: k8s_name(p.stage)}
+    out = {"app.kubernetes.io/name": "parathink", "app.kubernetes.io/component": "stage",
+           STAGE_LABEL: k8s_name(p.stage)}
     if p.hub:  # the chart's NetworkPolicy lets only these pods reach the model hub
         out[HUB_LABEL] = "true"
     return out

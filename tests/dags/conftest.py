@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from dag_helpers import AIRFLOW_PY, airflow_env, require
 
 

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from dag_helpers import airflow_env, in_airflow
 from parathink_airflow.chain import CANONICAL, SLOTS
 

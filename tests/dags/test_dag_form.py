@@ -4,11 +4,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from parathink_airflow import chain
+from parathink_airflow.form import (
+    Form,
+    FormError,
+    arguments,
+    check_for_pods,
+    check_overrides,
+    default_run_dir,
+    run_name,
+)
 
 from parathink.config import compose
-from parathink_airflow import chain
-from parathink_airflow.form import (Form, FormError, arguments, check_for_pods, check_overrides, default_run_dir,
-                                    run_name)
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[2] / "hydra_conf" / "experiment").glob("*.yaml"))
 

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from dag_helpers import AIRFLOW_PY, CHEAP, DAGS, PARATHINK
-from parathink.storage.testing import free_port
+from servers import free_port
 
 LOCAL_AIRFLOW = DAGS / "parathink_airflow" / "local_airflow.py"
 DAG = "parathink_nightly"

@@ -10,9 +10,9 @@ import subprocess
 
 import kubernetes_validate
 import pytest
-
 from dag_helpers import DAGS, ROOT, airflow_env, in_airflow
 from pod_security import violations
+
 from parathink.config import compose
 from parathink.stages.runner import plan_document
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from dag_helpers import ROOT, airflow_env, in_airflow
 from parathink_airflow import pools
 from parathink_airflow.chain import SLOTS

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from dag_helpers import dag_test, states
 from mlflow.tracking import MlflowClient
 
-from dag_helpers import dag_test, states
 from parathink.stages import runner
 
 STAGES = ("prep", "train", "tune", "eval")

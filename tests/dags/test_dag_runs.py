@@ -7,9 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from dag_helpers import CHEAP, dag_test, states
-from parathink.storage.testing import free_port
+from servers import free_port
 
 KFP_PORT = free_port()
 RESUME_STAGE = Path(__file__).parents[1] / "stages" / "resume_stage.py"

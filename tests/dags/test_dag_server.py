@@ -15,10 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from dag_helpers import AIRFLOW_PY, CHEAP, DAGS, PARATHINK, ROOT, require
-from parathink.storage.testing import free_port
+from dag_helpers import AIRFLOW_PY, CHEAP, DAGS, PARATHINK, require
 from parathink_airflow import local_airflow
+from servers import free_port
 
 LOCAL_AIRFLOW = DAGS / "parathink_airflow" / "local_airflow.py"
 DAG = "parathink_curriculum"

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from dag_helpers import dag_test, states
 
 RESUME_STAGE = Path(__file__).parents[1] / "stages" / "resume_stage.py"

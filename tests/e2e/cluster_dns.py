@@ -99,7 +99,7 @@ def serve(listen: str, kubeconfig: str) -> None:
                     up.sendto(packet, (forward_to, 53))
                     reply, _ = up.recvfrom(4096)
             sock.sendto(reply, client)
-        except Exception as e:  # noqa: BLE001 - one bad query or a slow upstream must not stop the server
+        except Exception as e:
             print(f"dns: {e!r}", file=sys.stderr, flush=True)
 
 

@@ -39,10 +39,9 @@ from local_install import NAMESPACE, S3_BUCKET, service_url
 from test_stage_pods import CPU, MEMORY, cgroup_limits, config_digest, mlflow_api, podman_image_id, profile
 
 sys.path.insert(0, str(ROOT / "tests" / "dags"))
-from dag_helpers import AIRFLOW_PY, CHEAP, PARATHINK  # noqa: E402
-from test_dag_server import DAG, LOCAL_AIRFLOW, Airflow, _wait_for_dag  # noqa: E402
-
-from parathink.storage.testing import free_port  # noqa: E402
+from dag_helpers import AIRFLOW_PY, CHEAP, PARATHINK
+from servers import free_port
+from test_dag_server import DAG, LOCAL_AIRFLOW, Airflow, _wait_for_dag
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
 STAGES = ["base", "teacher", "filter", "sft", "eval"]
@@ -100,7 +99,7 @@ class PodWatch:
                 for event in watch.Watch().stream(self.core.list_namespaced_pod, NAMESPACE,
                                                   label_selector=STAGE_LABEL, timeout_seconds=5):
                     self._update(event["type"], event["object"])
-            except Exception:  # noqa: BLE001 - a dropped watch is re-opened (it lists again)
+            except Exception:
                 time.sleep(0.5)
 
     def _update(self, kind: str, pod) -> None:
@@ -298,7 +297,7 @@ def test_the_dag_run_succeeds_with_each_stage_a_pod_of_the_built_image(runs, api
     times = {s: r.finished - r.started for s, r in pods.items()}
     print(f"\nDAG run through Airflow (trigger to success): {runs.wall_s:.0f} s; stage pods (container start to "
           f"end): " + ", ".join(f"{s} {t:.0f} s" for s, t in times.items())
-          + f"; create to end: " + ", ".join(f"{s} {r.finished - r.created:.0f} s" for s, r in pods.items()))
+          + "; create to end: " + ", ".join(f"{s} {r.finished - r.created:.0f} s" for s, r in pods.items()))
 
 
 def test_the_kubelet_enforced_the_rendered_requests_and_limits(runs):
@@ -331,7 +330,7 @@ def test_the_in_cluster_mlflow_holds_each_stages_metrics(runs, api):
     metrics = {r["info"]["run_name"]: {m["key"] for m in r["data"].get("metrics", [])} for r in children}
     for stage in STAGES:
         assert metrics.get(stage), f"{stage}: no metrics in MLflow ({sorted(metrics)})"
-    print(f"\nMLflow runs of the DAG run: " + "; ".join(f"{s}: {len(metrics[s])} metrics" for s in STAGES))
+    print("\nMLflow runs of the DAG run: " + "; ".join(f"{s}: {len(metrics[s])} metrics" for s in STAGES))
 
 
 # ---------------------------------------------------------------- a failed gate, a cancel, the pool

@@ -17,7 +17,7 @@ from built_images import ref
 
 # tests/kfp's cheap teacher -> filter (tracking=none: MLflow's SQLite file would land in the container's cwd).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kfp"))
-from kfp_helpers import CHEAP  # noqa: E402
+from kfp_helpers import CHEAP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PARATHINK = [sys.executable, "-m", "parathink.cli"]
