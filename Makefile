@@ -34,7 +34,7 @@ TEST_DEPS := vllm-venv
 -include mk/*.mk
 
 # --durations: the slowest tests in every log, so that CI time can be watched as the suite grows.
-test: $(STAMP) $(TEST_DEPS)
+test: $(STAMP) lint $(TEST_DEPS)
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 # The edit loop: the suite without the tests marked slow (each > ~30 s); `make test` stays the whole suite.
@@ -53,8 +53,9 @@ bench: $(STAMP)
 	mkdir -p bench-results
 	set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done
 
+# ruff with the rules of pyproject.toml's [tool.ruff] (pinned in the dev extra); `make test` runs it first.
 lint: $(STAMP)
-	$(PY) -m compileall -q src tests benchmarks
+	$(VENV)/bin/ruff check .
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache
