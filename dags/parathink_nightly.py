@@ -9,9 +9,10 @@ local folder or an s3:// prefix) that location is an Airflow asset and the DAG a
 Its first task, ``what_changed``, compares the data location's digest and the code (image digest, else git commit
 and uncommitted changes) with what the last night that trained read (the Airflow Variable
 ``parathink_nightly_inputs``, written by the last task, ``record_inputs``, after a night that did not fail).
-Unchanged: it says so in its log and skips the whole run, so no GPU is taken. Without ``PARATHINK_NIGHTLY_DATA`` every night trains:
-its seed (the date) draws fresh synthetic problems. Each night gets its own run directory (its date); the runner
-skips the stages already up to date there, so a second run the same day reruns only what the new snapshot feeds.
+Unchanged: it says so in its log and skips the whole run, so no GPU is taken. Without ``PARATHINK_NIGHTLY_DATA``
+every night trains: its seed (the date) draws fresh synthetic problems. Each night gets its own run directory (its
+date); the runner skips the stages already up to date there, so a second run the same day reruns only what the
+new snapshot feeds.
 ``PARATHINK_NIGHTLY_STAGES`` (comma-separated), ``PARATHINK_NIGHTLY_OVERRIDES`` (one per line) and
 ``PARATHINK_NIGHTLY_PROMOTE`` (true/false) set what a scheduled night runs when the deployment wants less than the
 experiment's whole list. See docs/lifecycle.md.
@@ -27,7 +28,6 @@ import subprocess
 from pathlib import Path
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, TriggerRule, Variable, task
-
 from parathink_airflow.factory import curriculum_dag
 
 log = logging.getLogger(__name__)

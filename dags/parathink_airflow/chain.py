@@ -12,7 +12,7 @@ the chain go on past it.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # (task id, stage): the task runs `parathink stage <stage>` when the run's stage list places it there.
 SLOTS: tuple[tuple[str, str], ...] = (

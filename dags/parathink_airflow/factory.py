@@ -7,7 +7,7 @@ failure is ``upstream_failed``, ``promote`` included.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import TriggerRule, dag, task
 
@@ -16,7 +16,7 @@ from parathink_airflow.chain import SLOTS
 from parathink_airflow.params import config_root, form
 from parathink_airflow.pools import task_pools
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 # Retries of exit code 1 follow the cluster profile (PlacementRetryPolicy); the ceiling is Airflow's.
 STAGE_TASK = dict(trigger_rule=TriggerRule.NONE_FAILED, retries=tasks.MAX_RETRIES, retry_delay=timedelta(minutes=1),
                   retry_policy=tasks.PlacementRetryPolicy(), execution_timeout=timedelta(seconds=tasks.MAX_TIMEOUT_S))

@@ -8,8 +8,9 @@ checked by ``parathink plan`` itself, the same way ``parathink run`` checks it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 EXECUTORS = ("local", "kubernetes", "kfp")
 # A Hydra override: key=value, with + (add a key), ++ (add or replace) or ~ (delete) before the key.

@@ -13,9 +13,9 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 TAIL_LINES = 30  # kept for the failure message: a gate's report path, a bad override's one-line error

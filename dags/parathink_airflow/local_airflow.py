@@ -198,7 +198,7 @@ def _start(args: argparse.Namespace) -> int:
     home = Home(Path(args.home).resolve())
     home.prepare()
     if home.pids.exists() and all(_alive(p) for p in json.loads(home.pids.read_text()).values()):
-        print(f"already running (make airflow-stop first to restart)")
+        print("already running (make airflow-stop first to restart)")
         _print_urls(args, home)
         return 0
     stop(home)  # leftovers of a half-dead start

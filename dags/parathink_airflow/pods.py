@@ -25,15 +25,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parathink_airflow.form import arguments  # noqa: E402
-
+from parathink_airflow.form import arguments
 
 
 def stage_pod(pod: Mapping[str, Any], placement: Mapping[str, Any], argv: Sequence[str], *,

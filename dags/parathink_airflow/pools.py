@@ -21,8 +21,8 @@ Pure: imports neither Airflow nor parathink (``yaml`` only), so the main test ve
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import yaml
 
