@@ -9,7 +9,7 @@ Two implementations of the same calls, ``decode(tokens, positions, lens, path_id
   pre-transposed copies of the projections with each RMSNorm's weight folded in (a tiny model on a CPU is all
   per-op overhead, and this is where the engine's speed over ``generate`` comes from); above, it reads the
   model's own weights (no second copy of a 4B model). Its decode step reads nothing from the host, so it can
-  run at fixed shapes and be captured as a CUDA graph (``parathink.engine.static``).
+  run at fixed shapes and be captured as a CUDA graph (``parathink.engine.decode.StaticDecode``).
 - ``HFRunner`` calls the model's own ``forward`` with the cache behind the ``past_key_values.update``
   protocol; any decoder whose attention takes a 4-D mask works, at transformers' per-call cost.
 

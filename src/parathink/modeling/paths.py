@@ -81,7 +81,3 @@ def install_path_vectors(model, max_paths: int) -> None:
             attn.path_vectors = PathVectors(max_paths, kv_dim).to(device=p.device, dtype=p.dtype)
             attn.forward = types.MethodType(_forward_with_paths, attn)
     setattr(model.config, CONFIG_KEY, int(max_paths))
-
-
-def has_path_vectors(model) -> bool:
-    return bool(getattr(model.config, CONFIG_KEY, None))
