@@ -26,7 +26,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from parathink import threads
+from parathink import exits, threads
 from parathink.formats.tags import GRAMMARS
 
 
@@ -161,10 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Before any subcommand imports torch: its thread pools size themselves once, from the environment.
     threads.configure()
+    exits.stop_on_sigterm()  # a stage in a container is PID 1: SIGTERM must end it (exits.stop_on_sigterm)
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", exits.EXIT_INTERRUPTED)
+    except exits.Terminated:
+        print("parathink: stopped (SIGTERM)", file=sys.stderr)
+        return exits.EXIT_TERMINATED
     except BrokenPipeError:
         return 0
 

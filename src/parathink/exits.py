@@ -1,13 +1,16 @@
 """From what a command raised to its exit code and its one line on stderr (docs/orchestration.md).
 
 0 done; 2 bad input or configuration, never retried; 3 a quality gate failed, the pipeline stops; 1 anything else:
-a service that may come back (one line), or a bug (its traceback). The errors a user can act on carry their code
-(``parathink.errors``); every ``parathink`` subcommand that runs stages returns ``guarded(...)``.
+a service that may come back (one line), or a bug (its traceback); 130 interrupted (Ctrl-C), 143 stopped
+(SIGTERM). The errors a user can act on carry their code (``parathink.errors``); every ``parathink`` subcommand
+that runs stages returns ``guarded(...)``.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 
@@ -17,6 +20,33 @@ from parathink.redact import redact_text
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_GATE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a process that SIGTERM ended
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread: a stop unwinds like Ctrl-C (locks released, child processes stopped,
+    nothing half-published) and ends the process with exit 143. A BaseException, so that no ``except Exception``
+    retry or fallback swallows it."""
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end this process through ``Terminated``.
+
+    In a container the stage is PID 1, and the kernel gives PID 1 no default action for SIGTERM: without a
+    handler, the kubelet's stop (a deleted pod: a task marked failed in Airflow, a cancelled KFP run) is ignored
+    and the stage runs on, GPUs held, until SIGKILL ends the grace period. A handler someone else installed
+    (a test, an embedding program) is left as it is.
+    """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+_sigterm = threading.Event()
+
+
+def _terminated(signum, frame) -> None:
+    _sigterm.set()
+    raise Terminated()
 
 
 def guarded(fn: Callable[[], object]) -> int:
@@ -34,7 +64,13 @@ def _run(fn: Callable[[], object]) -> int:
     except KeyboardInterrupt:
         print("parathink: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:
+        print("parathink: stopped (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
     except Exception as err:
+        if _sigterm.is_set():  # the stop, caught and re-raised as something else on its way (an import mid-load)
+            print("parathink: stopped (SIGTERM)", file=sys.stderr)
+            return EXIT_TERMINATED
         code = exit_code(err)
         if code is None:
             traceback.print_exc()
