@@ -17,6 +17,12 @@ pipeline that a cluster runs.
 ``kfp.local`` reports only that a task failed. The component prints ``parathink-kfp: stage NAME exited CODE`` as
 its last line, and kfp.local copies each task's output to this process's stdout, so the run's exit code is read
 from there: a gate failure exits 3 here too, as with ``parathink run``.
+
+kfp 2.16's DockerRunner starts each container with ``auto_remove=True``. podman (and Docker, when a task is quick)
+removes it the moment it exits, before kfp has read its exit status or the last lines of its log; kfp then reads
+the missing container as exit 0, so a failed stage "succeeded" and the next task found no output. The docker
+runner here therefore starts each task's container itself, kept until its status and whole log are read
+(``_run_kept``), in place of kfp's ``run_docker_container``.
 """
 
 from __future__ import annotations
@@ -87,6 +93,41 @@ def _runner(kind: str):
     raise ConfigError(f"--runner: must be one of {', '.join(RUNNERS)}, got {kind!r}")
 
 
+def _run_kept(client, image: str, command: list[str], volumes: dict, **run_args) -> int:
+    """kfp's ``run_docker_container`` without auto-remove: the container's log to stdout, its exit status, then
+    the container removed (its exit status and full log are read first)."""
+    import docker
+
+    try:
+        client.images.get(image)  # a local-only tag (localhost/...) is used as it is
+    except docker.errors.ImageNotFound:
+        client.images.pull(image)
+    container = client.containers.create(image=image, command=command, volumes=volumes, **run_args)
+    try:
+        container.start()
+        for line in container.logs(stream=True, follow=True):
+            sys.stdout.write(line.decode(errors="replace"))
+        return int(container.wait()["StatusCode"])
+    finally:
+        container.remove(force=True)
+
+
+@contextlib.contextmanager
+def _containers_kept(runner: str):
+    """While a docker run lasts, kfp's DockerRunner starts each task through ``_run_kept``."""
+    if runner != "docker":
+        yield
+        return
+    from kfp.local import docker_task_handler
+
+    original = docker_task_handler.run_docker_container
+    docker_task_handler.run_docker_container = _run_kept
+    try:
+        yield
+    finally:
+        docker_task_handler.run_docker_container = original
+
+
 def run(plan: Plan, pipeline_root: str, runner: str = "subprocess") -> int:
     """Run ``plan``'s pipeline with kfp.local; the exit code of the stage that failed, or 0."""
     from kfp import local
@@ -103,17 +144,11 @@ def run(plan: Plan, pipeline_root: str, runner: str = "subprocess") -> int:
         # kfp.local warns for every task whose image name lacks "python"; the trainer image is not used locally.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         try:
-            with contextlib.redirect_stdout(tee):
+            with contextlib.redirect_stdout(tee), _containers_kept(runner):
                 pipeline(run_dir=local_run_dir(plan.run_dir))
         except RuntimeError:  # kfp.local's message names the task; the stage's own message is in the log above
             stopped = True
-        except ValueError:
-            # DockerRunner reads a container that its auto-remove took away before the exit status was read as
-            # exit 0 (kfp 2.16, docker_task_handler), and podman removes at once: a failed task "succeeds" and
-            # the next one finds no output. The component's own exit line says what happened.
-            if not tee.exits:
-                raise
-    if stopped or tee.exits:  # (the same misreading can also hide the last task's failure: no error at all)
+    if stopped:
         stage, code = tee.exits[-1] if tee.exits else ("(unknown)", "1")
         print(f"parathink: error: the pipeline stopped at stage {stage} (exit {code})", file=sys.stderr)
         return int(code)
