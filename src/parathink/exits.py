@@ -8,9 +8,11 @@ that runs stages returns ``guarded(...)``.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 
@@ -42,11 +44,24 @@ def stop_on_sigterm() -> None:
 
 
 _sigterm = threading.Event()
+# A library may catch the stop on its way up (transformers' lazy imports turn it into a ModuleNotFoundError, which a
+# fallback may then handle) and the stage would run on: past this, the process ends anyway, as SIGKILL would end it
+# (published outputs are atomic: nothing is half-written), only sooner and with its line and exit code.
+UNWIND_S = 10.0
 
 
 def _terminated(signum, frame) -> None:
+    if _sigterm.is_set():
+        return  # already stopping
     _sigterm.set()
+    threading.Thread(target=_exit_after_unwind, name="parathink-sigterm", daemon=True).start()
     raise Terminated()
+
+
+def _exit_after_unwind() -> None:
+    time.sleep(UNWIND_S)
+    os.write(2, f"parathink: stopped (SIGTERM; not unwound within {UNWIND_S:.0f} s)\n".encode())
+    os._exit(EXIT_TERMINATED)
 
 
 def guarded(fn: Callable[[], object]) -> int:
