@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -93,6 +94,49 @@ def run(operator, context: Mapping[str, Any]) -> int:
             operator.on_kill()  # retries apply, and this pod must not go on running (or pending) beside the next
             raise
         return code
+
+
+STOP_WAIT_S = 4.0  # Airflow 3's supervisor sends SIGKILL 5 s after the SIGTERM whose handler calls stop()
+
+
+def stop(operator, say=lambda line: os.write(2, (line + "\n").encode())) -> None:
+    """Delete the operator's pod now: the task was stopped (marked failed, cleared, timed out) while it ran.
+
+    Called from the task's SIGTERM handler, which runs in the main thread wherever that thread was interrupted,
+    possibly inside the operator's own Kubernetes client (its connection pool's lock held, a log stream half
+    read). So the delete runs in a thread of its own, through a client of its own, and the handler waits for it
+    at most ``STOP_WAIT_S``. ``say`` reports on stderr with raw writes: a logging lock held by the interrupted
+    thread must not block the handler. The stage in the pod stops on the kubelet's SIGTERM (parathink exits 143).
+    """
+    pod = operator.pod
+    if pod is None:
+        say("parathink: stopping: the stage's pod was not created yet; nothing to delete")
+        return
+    name, namespace = pod.metadata.name, pod.metadata.namespace
+    done, started = threading.Event(), time.monotonic()
+
+    def delete() -> None:
+        from kubernetes import client
+
+        try:
+            api = client.CoreV1Api(operator.hook.get_conn())
+            grace = {"grace_period_seconds": operator.termination_grace_period} \
+                if operator.termination_grace_period is not None else {}
+            api.delete_namespaced_pod(name, namespace, **grace)
+            say(f"parathink: stopping: pod {name} deleted ({time.monotonic() - started:.1f} s)")
+        except client.ApiException as err:
+            say(f"parathink: stopping: pod {name} already gone" if err.status == 404 else
+                f"parathink: stopping: could not delete pod {name}: {err.status} {err.reason}; delete it with "
+                f"kubectl -n {namespace} delete pod {name}")
+        except Exception as err:  # a thread of a signal handler: report, never raise
+            say(f"parathink: stopping: could not delete pod {name}: {type(err).__name__}: {err}")
+        finally:
+            done.set()
+
+    say(f"parathink: stopping: deleting the stage's pod {name}")
+    threading.Thread(target=delete, name="parathink-stop-pod", daemon=True).start()
+    if not done.wait(STOP_WAIT_S):
+        say(f"parathink: stopping: pod {name}: no answer to the delete after {STOP_WAIT_S:.0f} s")
 
 
 def _standalone_context(stage: str) -> dict:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -230,25 +229,13 @@ def _call(name: str, run: Mapping[str, Any], in_pod: bool) -> None:
 
         context = get_current_context()
         operator = pods.stage_pod(run["pods"][name], placement, argv, task_id=f"{name}-pod")
-        _kill_with(lambda: _stop_pod(operator))  # deletes the stage's pod
+        _kill_with(lambda: pods.stop(operator))  # deletes the stage's pod
         code = pods.run(operator, context)
         detail = "the pod's log above has the details" if code else ""
     else:
         done = _local(argv)
         code, detail = done.code, done.last()
     _raise_for_exit(name, code, detail, placement)  # its metrics end the stage's own log, on its done line
-
-
-def _stop_pod(operator) -> None:
-    """The operator's on_kill (it deletes the pod), said on stderr before and after: Airflow 3 calls it from the
-    SIGTERM handler and kills the task 5 s later, and a pod still running after "mark failed" (seen on the local
-    cluster, tests/e2e/test_dag_on_cluster.py) must show whether the delete started and how long it took. Raw
-    writes: a logging lock held by the interrupted main thread must not block the handler."""
-    name = operator.pod.metadata.name if operator.pod is not None else "(not created yet)"
-    os.write(2, f"parathink: stopping: deleting the stage's pod {name}\n".encode())
-    started = time.monotonic()
-    operator.on_kill()
-    os.write(2, f"parathink: stopping: pod {name} deleted ({time.monotonic() - started:.1f} s)\n".encode())
 
 
 def _local(argv: list[str]) -> local.Finished:
