@@ -16,6 +16,13 @@ AIRFLOW_IMAGE=${AIRFLOW_IMAGE:-docker.io/apache/airflow:$(sed -n 's/^apache-airf
 OFFLINE_BASE=localhost/parathink/python-offline:3.11-bookworm
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo nogit)
+for name in "$@"; do  # every name checked before anything is pulled or built
+  case $name in
+    trainer-cpu|mlflow|orchestrator|postgres|s3|trainer) ;;
+    *) echo "images: no image named $name (trainer-cpu, orchestrator, mlflow, postgres, s3, trainer)" >&2; exit 2 ;;
+  esac
+done
+
 mkdir -p "$CACHE"
 
 # An image that exists here or can be pulled: 0; otherwise 1 (a machine without registry access).
@@ -46,8 +53,8 @@ build() {  # build NAME DOCKERFILE [podman build options...]
     $((SECONDS - start))
 }
 
-for name in "$@"; do
-  case $name in
+one() {  # one NAME: the image NAME (and what it needs first)
+  case $1 in
     trainer-cpu) build trainer-cpu images/trainer-cpu/Dockerfile --build-arg "TORCH_INDEX=$TORCH_INDEX" ;;
     mlflow)      build mlflow images/mlflow/Dockerfile ;;
     orchestrator)
@@ -57,8 +64,20 @@ for name in "$@"; do
         AIRFLOW_IMAGE=$PREFIX/airflow-offline:$VERSION
       fi
       build orchestrator images/orchestrator/Dockerfile --build-arg "AIRFLOW_IMAGE=$AIRFLOW_IMAGE" ;;
-    postgres|s3) build "$name-offline" "images/offline/$name/Dockerfile" ;;
+    postgres|s3) build "$1-offline" "images/offline/$1/Dockerfile" ;;
     trainer)     build trainer images/trainer/Dockerfile ;;  # CUDA: needs nvidia/cuda and ghcr.io (a registry)
-    *) echo "images: no image named $name (trainer-cpu, orchestrator, mlflow, postgres, s3, trainer)" >&2; exit 2 ;;
   esac
+}
+
+# The images share no layer but the base above, and a cold build mostly waits on downloads and unpacking: they are
+# built side by side, IMAGES_PARALLEL at a time (podman's store takes concurrent builds). Each prints its line when
+# done; the first failure's log tail is printed and the script fails once every build has ended.
+PARALLEL=${IMAGES_PARALLEL:-3}
+pids=() failed=0
+for name in "$@"; do
+  while (( $(jobs -rp | wc -l) >= PARALLEL )); do wait -n || failed=1; done
+  one "$name" &
+  pids+=($!)
 done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+exit $failed
