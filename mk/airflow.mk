@@ -7,8 +7,10 @@
 AIRFLOW_VENV     := .venv-airflow
 AIRFLOW_VERSION  ?= 3.3.2
 AIRFLOW_K8S_PROVIDER ?= 10.25.0
+# Remote task logs in S3 (helm/airflow-values.yaml's logging; tests/e2e/test_dag_on_cluster.py reads them back).
+AIRFLOW_AMAZON_PROVIDER ?= 9.39.0
 AIRFLOW_PY       := $(AIRFLOW_VENV)/bin/python
-AIRFLOW_STAMP    := $(AIRFLOW_VENV)/.installed-$(AIRFLOW_VERSION)-$(AIRFLOW_K8S_PROVIDER)
+AIRFLOW_STAMP    := $(AIRFLOW_VENV)/.installed-$(AIRFLOW_VERSION)-$(AIRFLOW_K8S_PROVIDER)-$(AIRFLOW_AMAZON_PROVIDER)
 AIRFLOW_HOME_DIR ?= $(CURDIR)/.airflow
 AIRFLOW_PORT     ?= 8080
 MLFLOW_UI_PORT   ?= 5000
@@ -22,8 +24,9 @@ airflow-venv: $(AIRFLOW_STAMP)
 $(AIRFLOW_STAMP): | $(STAMP)
 	test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(VENV)/bin/uv pip install -q --python $(AIRFLOW_PY) apache-airflow==$(AIRFLOW_VERSION) \
-		apache-airflow-providers-cncf-kubernetes==$(AIRFLOW_K8S_PROVIDER)
-	$(AIRFLOW_PY) -c "import airflow, airflow.providers.cncf.kubernetes as k; print('airflow', airflow.__version__, '| cncf-kubernetes', k.__version__)"
+		apache-airflow-providers-cncf-kubernetes==$(AIRFLOW_K8S_PROVIDER) \
+		apache-airflow-providers-amazon==$(AIRFLOW_AMAZON_PROVIDER)
+	$(AIRFLOW_PY) -c "import airflow, airflow.providers.cncf.kubernetes as k, airflow.providers.amazon as a; print('airflow', airflow.__version__, '| cncf-kubernetes', k.__version__, '| amazon', a.__version__)"
 	touch $(AIRFLOW_STAMP)
 
 # Debian's Chromium and its chromedriver for the UI test (selenium uses the system driver and downloads nothing).

@@ -74,6 +74,7 @@ def test_requirements_are_pinned_and_match_what_the_tests_run():
                 if "==" in line)
     assert f"AIRFLOW_VERSION  ?= {pins['apache-airflow']}" in airflow_mk
     assert f"AIRFLOW_K8S_PROVIDER ?= {pins['apache-airflow-providers-cncf-kubernetes']}" in airflow_mk
+    assert f"AIRFLOW_AMAZON_PROVIDER ?= {pins['apache-airflow-providers-amazon']}" in airflow_mk  # remote logs
     assert f"apache/airflow:{pins['apache-airflow']}-python" in (IMAGES / "orchestrator" / "Dockerfile").read_text()
     from importlib.metadata import version
     mlflow_reqs = (IMAGES / "mlflow" / "requirements.txt").read_text().split()

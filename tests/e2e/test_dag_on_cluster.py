@@ -188,8 +188,27 @@ def trigger(server: Airflow, conf: dict) -> str:
     return r.json()["dag_run_id"]
 
 
-def airflow_env(kubeconfig: Path) -> dict[str, str]:
-    """The deployment's settings (helm/airflow-values.yaml's `env`, here pointed at this cluster)."""
+LOG_FOLDER = f"s3://{S3_BUCKET}/airflow-logs"
+
+
+def remote_logging(api) -> dict[str, str]:
+    """helm/airflow-values.yaml's `config.logging` (remote task logs in S3) as Airflow's environment, its bucket this
+    cluster's S3. The connection aws_default gets the S3 endpoint and the stand-in's keys: on a cloud it is `aws://`,
+    the worker's workload identity (the values' own env)."""
+    import yaml
+
+    logging = yaml.safe_load((ROOT / "helm" / "airflow-values.yaml").read_text())["config"]["logging"]
+    assert logging["remote_base_log_folder"].startswith("s3://"), logging
+    env = {f"AIRFLOW__LOGGING__{k.upper()}": str(v) for k, v in logging.items()}
+    env["AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER"] = LOG_FOLDER
+    env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps({
+        "conn_type": "aws", "login": "test", "password": "test",
+        "extra": {"endpoint_url": service_url(api, "parathink-s3", 5000), "region_name": "us-east-1"}})
+    return env
+
+
+def airflow_env(kubeconfig: Path, api) -> dict[str, str]:
+    """The deployment's settings (helm/airflow-values.yaml's `env` and remote logging, pointed at this cluster)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update({
         "PATH": f"{PARATHINK.parent}{os.pathsep}{env['PATH']}",  # as make airflow: the project's parathink first
@@ -198,6 +217,7 @@ def airflow_env(kubeconfig: Path) -> dict[str, str]:
         "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps({"conn_type": "kubernetes",
                                                        "extra": {"kube_config_path": str(kubeconfig)}}),
         "CI": "true",
+        **remote_logging(api),
     })
     return env
 
@@ -210,7 +230,7 @@ def runs(kubeconfig, api, tmp_path_factory):
         pytest.fail("no Airflow venv: run `make airflow-venv`")
     home, workdir = tmp_path_factory.mktemp("airflow-k8s"), tmp_path_factory.mktemp("airflow-k8s-work")
     port, mlflow_port = free_port(), free_port()
-    env = airflow_env(kubeconfig)
+    env = airflow_env(kubeconfig, api)
     start = [str(AIRFLOW_PY), str(LOCAL_AIRFLOW), "start", "--home", str(home), "--port", str(port),
              "--mlflow-port", str(mlflow_port), "--mlflow-bin", str(PARATHINK.with_name("mlflow")),
              "--tracking-uri", f"sqlite:///{workdir / 'mlflow.db'}", "--workdir", str(workdir)]
@@ -278,7 +298,7 @@ def task_instance(server: Airflow, run_id: str, task_id: str) -> dict:
 
 
 def s3_keys(api, run_dir: str) -> set[str]:
-    """The run directory's keys on the in-cluster S3, relative to it."""
+    """The keys under an s3:// folder of the in-cluster S3 (a run directory), relative to it."""
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=service_url(api, "parathink-s3", 5000), region_name="us-east-1",
@@ -337,6 +357,20 @@ def test_the_airflow_task_log_shows_each_stages_gate_table(runs):
         assert f"{stage} gate: passed" in log, f"{stage}:\n{log[-3000:]}"
 
 
+def test_a_finished_tasks_log_is_read_from_s3_once_its_local_copy_is_gone(runs, api):
+    """Issue 28: with KubernetesExecutor a task's log file goes with its worker pod. The chart's remote logging
+    uploads it to S3 when the task ends and deletes the local copy (delete_local_logs); the UI then reads it from
+    S3. Stand-in: the LocalExecutor's log folder plays the worker pod's disk."""
+    run_id = runs.main["dag_run_id"]
+    keys = s3_keys(api, LOG_FOLDER)
+    for stage in STAGES:
+        uploaded = [k for k in keys if f"run_id={run_id}/task_id={stage}/" in k]
+        assert uploaded, f"{stage}: no log under {LOG_FOLDER} ({len(keys)} keys there)"
+        local = list((runs.server.home / "logs").glob(f"dag_id={DAG}/run_id={run_id}/task_id={stage}/*.log"))
+        assert not local, f"{stage}: the local copy is still there: {local}"
+        assert f"{stage} gate: passed" in task_log(runs.server, run_id, stage), stage
+
+
 def test_the_in_cluster_mlflow_holds_each_stages_metrics(runs, api):
     experiment = mlflow_api(api, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=parathink-tiny")
     search = {"experiment_ids": [experiment["experiment"]["experiment_id"]], "max_results": 200,
@@ -369,6 +403,8 @@ def test_a_stage_that_fails_its_gate_exits_3_and_is_not_retried(runs):
 def test_a_task_marked_failed_while_its_pod_runs_deletes_the_pod(runs, api):
     assert runs.cancelled_at is not None, "the teacher's pod never ran"
     rec = runs.pods.of(runs.cancel["dag_run_id"])["teacher"]
+    while rec.deleted is None and time.time() < runs.cancelled_at + GONE_WITHIN_S:
+        time.sleep(1)  # the run ended when its task was marked failed; the pod goes after its grace period
     assert rec.deleted is not None, f"the pod {rec.name} outlived its cancelled task: {rec}"
     assert rec.deleted - runs.cancelled_at < GONE_WITHIN_S
     # Stopped, not finished: the stage (PID 1 of its container) ended on the kubelet's SIGTERM, exit 143, not on the
