@@ -3,6 +3,7 @@ current Kubernetes release, compliant with Pod Security "restricted", and what `
 
 import copy
 import json
+import re
 
 import kubernetes_validate
 import pytest
@@ -74,3 +75,32 @@ def test_plan_prints_each_stages_pod_for_the_orchestrators(capsys):
     assert code == 0 and set(doc["pods"]) == {"filter", "sft"}
     cfg = compose(["experiment=parallel_r1_seen"])
     assert doc["pods"]["sft"] == podspec.pod(cluster.placement(cfg, "sft"))
+
+
+def test_a_gpu_stage_gets_its_scratch_volume_made_and_deleted_with_the_pod():
+    """gpu.yaml's scratch: a generic ephemeral volume over ~/.cache (hub downloads, an s3:// run's local files), sized
+    per kind of stage; valid for Kubernetes and allowed under Pod Security "restricted"."""
+    cfg = compose(["experiment=parallel_r1_seen"])
+    for stage, size in (("rl_easy", "200Gi"), ("filter", "10Gi")):
+        pod = podspec.pod(cluster.placement(cfg, stage), ["parathink"])
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+        assert violations(pod["spec"]) == []
+        (scratch,) = [v for v in pod["spec"]["volumes"] if v["name"] == "scratch"]
+        assert scratch == {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}}}, stage
+        assert {"name": "scratch", "mountPath": "/home/parathink/.cache"} in pod["spec"]["containers"][0]["volumeMounts"]
+    named = cluster.placement(compose(["experiment=parallel_r1_seen", "cluster.scratch.storage_class=fast-ssd"]), "sft")
+    (scratch,) = [v for v in podspec.pod(named)["spec"]["volumes"] if v["name"] == "scratch"]
+    assert scratch["ephemeral"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "fast-ssd"
+    off = podspec.pod(cluster.placement(compose(["experiment=parallel_r1_seen", "cluster.scratch=null"]), "sft"))
+    assert [v["name"] for v in off["spec"]["volumes"]] == ["dshm"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("cluster.scratch.size.gpu=lots", "cluster.scratch.size.gpu: 'lots' is not a Kubernetes quantity"),
+    ("cluster.scratch.mount_path=cache", "cluster.scratch.mount_path: must be an absolute path"),
+    ("+cluster.scratch.medium=Memory", "cluster.scratch: must be null or {mount_path: /path"),
+])
+def test_a_bad_scratch_setting_is_one_line_naming_the_key(override, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        cluster.placement(compose(["experiment=parallel_r1_seen", override]), "sft")

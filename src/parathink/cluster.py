@@ -72,6 +72,9 @@ class Placement:
     trainer_runtime: str = "torch-distributed"
     hub: bool = False  # downloads weights from the model hub (the profile's hub_stages): the NetworkPolicy lets it
     run_as_user: int = 1000  # the image's non-root uid (images/trainer: USER 1000); pods run as it, never as root
+    # The stage's local files (the model hub's downloads: HF_HOME lies under it) on a volume of their own, made and
+    # deleted with the pod, not on the node's disk: {"mount_path", "size", "storage_class" (None: the default)}.
+    scratch: dict[str, Any] | None = None
     procs_per_node: int = field(init=False)
 
     def __post_init__(self):
@@ -189,6 +192,26 @@ def _volume(value: Any, where: str) -> dict[str, str] | None:
     return {"claim": str(value["claim"]), "mount_path": str(value["mount_path"])}
 
 
+def _scratch(value: Any, kind: str, where: str) -> dict[str, Any] | None:
+    """``scratch``: null, or {mount_path, size (one quantity or {gpu, cpu}), storage_class (null: the default)}."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not {"mount_path", "size"} <= set(value) <= {"mount_path", "size",
+                                                                                        "storage_class"}:
+        raise ConfigError(f"{where}: must be null or {{mount_path: /path, size: QUANTITY or {{gpu: ..., cpu: ...}}, "
+                          f"storage_class: NAME or null}}, got {value!r}")
+    if not str(value["mount_path"]).startswith("/"):
+        raise ConfigError(f"{where}.mount_path: must be an absolute path, got {value['mount_path']!r}")
+    size, size_at = value["size"], f"{where}.size"
+    if isinstance(size, Mapping):
+        if kind not in size:
+            raise ConfigError(f"{where}.size.{kind}: missing (size is one quantity or {{gpu: ..., cpu: ...}})")
+        size, size_at = size[kind], f"{where}.size.{kind}"
+    storage_class = value.get("storage_class")
+    return {"mount_path": str(value["mount_path"]), "size": _quantity(size, size_at),
+            "storage_class": None if storage_class is None else str(storage_class)}
+
+
 def _profile_dict(cfg) -> dict:
     """The ``cluster`` section as plain data (a DictConfig, a dict, or a composed root config)."""
     section = cfg.get("cluster") if hasattr(cfg, "get") and "cluster" in cfg else cfg
@@ -256,6 +279,7 @@ def placement(cfg, stage: str) -> Placement:
         env=_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME),
         secrets=_secrets(_get(p, "secrets", w) or {}, f"{w}.secrets"),
         volume=_volume(_get(p, "volume", w), f"{w}.volume"),
+        scratch=_scratch(p.get("scratch"), kind, f"{w}.scratch"),
         retries=_count(retries["max"], f"{w}.retries.max", 0),
         retry_backoff_s=_count(retries["backoff_s"], f"{w}.retries.backoff_s", 0),
         startup_timeout_s=_count(_get(p, "startup_timeout_s", w), f"{w}.startup_timeout_s", 1),

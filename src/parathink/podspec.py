@@ -23,7 +23,7 @@ from typing import Any
 
 from parathink.cluster import Placement
 
-SHM_VOLUME, RUNS_VOLUME = "dshm", "runs"
+SHM_VOLUME, RUNS_VOLUME, SCRATCH_VOLUME = "dshm", "runs", "scratch"
 CONTAINER = "main"  # KFP's name for a task's container; Airflow watches the container by the name it finds here
 STAGE_LABEL = "parathink.io/stage"
 HUB_LABEL = "parathink.io/hub"
@@ -55,12 +55,21 @@ def env(p: Placement) -> list[dict[str, Any]]:
 
 
 def volumes(p: Placement) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts): a memory-backed /dev/shm of ``shm_size`` (NCCL, DataLoader workers) and the PVC, if any."""
+    """(volumes, mounts): a memory-backed /dev/shm of ``shm_size`` (NCCL, DataLoader workers), the runs PVC, if any,
+    and the scratch volume, if any: a generic ephemeral volume, a PVC of ``size`` that Kubernetes creates with the
+    pod and deletes with it, so that a stage's downloads (tens of GB of weights) neither fill the node's disk nor
+    get the pod evicted for it."""
     vols = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": p.shm_size}}]
     mounts = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
     if p.volume:
         vols.append({"name": RUNS_VOLUME, "persistentVolumeClaim": {"claimName": p.volume["claim"]}})
         mounts.append({"name": RUNS_VOLUME, "mountPath": p.volume["mount_path"]})
+    if p.scratch:
+        claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": p.scratch["size"]}}}
+        if p.scratch["storage_class"]:
+            claim["storageClassName"] = p.scratch["storage_class"]
+        vols.append({"name": SCRATCH_VOLUME, "ephemeral": {"volumeClaimTemplate": {"spec": claim}}})
+        mounts.append({"name": SCRATCH_VOLUME, "mountPath": p.scratch["mount_path"]})
     return vols, mounts
 
 

@@ -128,6 +128,8 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none",
             # The fake kubelet serves logs on 127.0.0.1 with a certificate of the test CA.
             "--kubelet-preferred-address-types=InternalIP", f"--kubelet-certificate-authority={self.pki.ca_path}",
+            # Generic ephemeral volumes (the profile's scratch volume) are alpha in 1.20, on by default from 1.21.
+            "--feature-gates=GenericEphemeralVolume=true",
             "--profiling=false", "--v=1"])
         self._wait("kube-apiserver", lambda: _http_ok(f"{self.url}/readyz", cert=admin, verify=self.pki.ca_path))
 

@@ -33,8 +33,10 @@ CPU, MEMORY = "1", "3Gi"
 
 def profile(**extra: str) -> list[str]:
     """The GPU profile (hydra_conf/cluster/gpu.yaml) pointed at this cluster: the CPU trainer image, never pulled,
-    pods sized for a 2-CPU node, the in-cluster S3 as run directories' store."""
+    pods sized for a 2-CPU node, the in-cluster S3 as run directories' store, no scratch volume (this cluster has no
+    dynamic volume provisioner: a pod with a generic ephemeral volume would stay Pending)."""
     return ["cluster=gpu", f"cluster.image={PREFIX}/trainer-cpu:{version()}", "cluster.image_pull_policy=Never",
+            "cluster.scratch=null",
             f"cluster.resources.cpu={{cpu: '{CPU}', memory: {MEMORY}}}",
             f"cluster.resources.gpu={{cpu: '{CPU}', memory: {MEMORY}}}", "cluster.shm_size=256Mi",
             f"cluster.runs_root=s3://{S3_BUCKET}/runs",

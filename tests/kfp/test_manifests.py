@@ -67,8 +67,12 @@ def test_multi_node_stage_is_a_valid_trainjob_with_the_pool_placement():
     assert pod["nodeSelector"] == p["node_selector"] and pod["tolerations"] == p["tolerations"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": p["shm_size"]}} in pod["volumes"]
     assert {"name": "runs", "persistentVolumeClaim": {"claimName": "parathink-runs"}} in pod["volumes"]
+    assert {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "200Gi"}}}}}} in pod["volumes"]
     assert pod["containers"] == [{"name": "node", "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
-                                                                   {"name": "runs", "mountPath": "/runs"}],
+                                                                   {"name": "runs", "mountPath": "/runs"},
+                                                                   {"name": "scratch",
+                                                                    "mountPath": "/home/parathink/.cache"}],
                                   "securityContext": podspec.CONTAINER_SECURITY}]
     assert pod["securityContext"]["runAsNonRoot"] is True and violations(pod) == []  # Pod Security "restricted"
     # Only what runtimePatches' pod schema holds: an API server prunes anything else silently.

@@ -51,3 +51,13 @@ def test_a_pod_field_kfp_cannot_carry_fails_the_compile(change):
         with pytest.raises(PodNotExpressible):
             place(noop(), broken, "sft")
         place(noop(), pod, "sft")  # the Pod as rendered goes through
+
+
+def test_each_task_gets_the_profiles_scratch_volume_sized_for_its_kind(compile_pipeline):
+    """gpu.yaml's scratch (a PVC made and deleted with the pod, over ~/.cache: hub downloads and an s3:// run's local
+    files) reaches every KFP task as a generic ephemeral volume; KFP has no ephemeral-storage resource to say it."""
+    compiled = compile_pipeline(*SEEN)
+    for stage, size in (("teacher", "200Gi"), ("filter", "10Gi")):
+        volumes = compiled.kubernetes(task_name(stage))["genericEphemeralVolume"]
+        assert volumes == [{"volumeName": "scratch", "mountPath": "/home/parathink/.cache",
+                            "accessModes": ["ReadWriteOnce"], "size": size, "defaultStorageClass": True}], stage

@@ -75,8 +75,14 @@ def _storage(task: PipelineTask, volumes: list[Mapping[str, Any]], mounts: list[
                                        medium=v["emptyDir"].get("medium"), size_limit=v["emptyDir"].get("sizeLimit"))
         elif "persistentVolumeClaim" in v:
             kubernetes.mount_pvc(task, pvc_name=v["persistentVolumeClaim"]["claimName"], mount_path=where[v["name"]])
+        elif "ephemeral" in v:
+            claim = v["ephemeral"]["volumeClaimTemplate"]["spec"]
+            kubernetes.add_ephemeral_volume(task, volume_name=v["name"], mount_path=where[v["name"]],
+                                            access_modes=claim["accessModes"],
+                                            size=claim["resources"]["requests"]["storage"],
+                                            storage_class_name=claim.get("storageClassName"))
         else:
-            raise PodNotExpressible(f"volume {v['name']}: only emptyDir and PVC volumes are translated")
+            raise PodNotExpressible(f"volume {v['name']}: only emptyDir, PVC and ephemeral volumes are translated")
 
 
 def _security(task: PipelineTask, pod_security: Mapping[str, Any], container_security: Mapping[str, Any]) -> None:
