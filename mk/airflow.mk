@@ -43,11 +43,11 @@ chromium:
 # A local Airflow (api-server, scheduler, dag-processor; LocalExecutor, sqlite, all on 127.0.0.1) over dags/, and an
 # MLflow UI over the tracking store the DAG runs write (the same mlflow.db as `make demo`). Stop with `make airflow-stop`.
 airflow: $(STAMP) $(AIRFLOW_STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(AIRFLOW_PY) dags/parathink_airflow/local_airflow.py start \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(AIRFLOW_PY) tools/local_airflow.py start \
 		--home $(AIRFLOW_HOME_DIR) --port $(AIRFLOW_PORT) --mlflow-port $(MLFLOW_UI_PORT) \
 		--mlflow-bin $(CURDIR)/$(VENV)/bin/mlflow --tracking-uri sqlite:///$(CURDIR)/mlflow.db --workdir $(CURDIR)
 
 airflow-stop:
-	$(PYTHON) dags/parathink_airflow/local_airflow.py stop --home $(AIRFLOW_HOME_DIR)
+	$(PYTHON) tools/local_airflow.py stop --home $(AIRFLOW_HOME_DIR)
 
 TEST_DEPS += airflow-venv chromium

@@ -5,10 +5,13 @@ The DAG processor skips this package (``dags/.airflowignore``); the DAG files im
 - ``chain``: the fixed chain of stage tasks and which task runs which stage of a run (pure);
 - ``form``: the trigger form's values turned into ``parathink`` arguments, checked (pure);
 - ``local``: one ``parathink`` call as a subprocess, its output streamed into the task log (pure);
-- ``pods``: one stage as a ``KubernetesPodOperator`` pod from a placement, and a command line for it;
+- ``pods``: one stage as a ``KubernetesPodOperator`` pod from a placement (``tools/stage_pod.py`` runs it from a
+  shell);
 - ``tasks``: the tasks themselves (plan, one per stage, kubeflow, promote) and the retry policy;
 - ``factory``: the DAG built from them;
-- ``local_airflow``: ``make airflow`` and the tests' Airflow: api-server, scheduler, dag-processor on 127.0.0.1.
+
+``make airflow``'s launcher (api-server, scheduler, dag-processor on 127.0.0.1) is ``tools/local_airflow.py``: this
+folder ships into the scheduler's DAG folder, so developer tools live outside it.
 
 "Pure" modules import neither Airflow nor parathink, so the main test venv checks them directly. No module here
 imports torch, transformers or parathink: every stage runs as the ``parathink`` command.

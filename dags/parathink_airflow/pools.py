@@ -12,7 +12,7 @@ Settings, from the deployment (helm/airflow-values.yaml ``env``; ``make airflow`
   unset: the config's default profile (``local``), which has none, so nothing waits in a pool;
 - ``PARATHINK_GPU_POOL``: the pool's name (default ``parathink_gpu``); empty: no pool;
 - ``PARATHINK_GPU_POOL_SLOTS``: its size, the GPU pool's node count (default 1). The pool is created by whoever
-  starts Airflow (``local_airflow.py``; the chart's migration job, helm/airflow-values.yaml), since a task of a
+  starts Airflow (``tools/local_airflow.py``; the chart's migration job, helm/airflow-values.yaml), since a task of a
   pool that does not exist is never scheduled.
 
 Pure: imports neither Airflow nor parathink (``yaml`` only), so the main test venv checks it.

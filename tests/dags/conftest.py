@@ -17,7 +17,7 @@ def airflow_python() -> Path:
 @pytest.fixture(scope="session")
 def airflow_home(airflow_python, tmp_path_factory) -> Path:
     """One migrated metadata database for the session's dag.test() runs (migrating costs ~20 s)."""
-    from parathink_airflow import local_airflow
+    import local_airflow  # tools/ (dag_helpers puts it on the path)
 
     home = tmp_path_factory.mktemp("airflow-home")
     local_airflow.migrate(airflow_python.with_name("airflow"), airflow_env(home, home))

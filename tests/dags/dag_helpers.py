@@ -1,9 +1,9 @@
 """Helpers for the Airflow DAG tests (the fixtures are in conftest.py).
 
 Airflow lives in its own venv (``make airflow-venv``: .venv-airflow), never in this one: what needs Airflow runs
-in a subprocess of that venv's python (``in_airflow.py``, ``local_airflow.py``, ``pods.py``), and the tests here
-assert on what it prints and on the run directories it leaves. The DAGs' pure modules (``chain``, ``form``,
-``local``, ``local_airflow``) import no Airflow and are imported directly.
+in a subprocess of that venv's python (``in_airflow.py``, ``tools/local_airflow.py``, ``tools/stage_pod.py``), and
+the tests here assert on what it prints and on the run directories it leaves. The DAGs' pure modules (``chain``,
+``form``, ``local``) and ``tools/local_airflow.py`` import no Airflow and are imported directly.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
+TOOLS = ROOT / "tools"  # make airflow's launcher and the stage-pod command line (not shipped with the DAGs)
 AIRFLOW_PY = ROOT / ".venv-airflow" / "bin" / "python"
 PARATHINK = Path(sys.executable).with_name("parathink")
 IN_AIRFLOW = Path(__file__).with_name("in_airflow.py")
@@ -25,6 +26,7 @@ IN_AIRFLOW = Path(__file__).with_name("in_airflow.py")
 CHEAP = ["teacher.self.model=builtin:tiny_base", "data.cold_start.0.n=40", "data.cold_start.1.n=40"]
 
 sys.path.insert(0, str(DAGS))
+sys.path.insert(0, str(TOOLS))
 
 
 def require(ok: bool, why: str) -> None:

@@ -87,6 +87,8 @@ def _plan_xcom(run):
 def pods(plan_files: list[str]) -> dict:
     """Per plan file and stage: the pod request the DAG would send and the operator's other settings."""
     sys.path.insert(0, os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    sys.path.insert(0, str(Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).parent / "tools"))
+    import stage_pod
     from parathink_airflow import pods as stage_pods
 
     out = {}
@@ -94,7 +96,7 @@ def pods(plan_files: list[str]) -> dict:
         plan = json.loads(Path(plan_file).read_text())
         out[Path(plan_file).stem] = mine = {}
         for stage, placement in plan["placement"].items():
-            op = stage_pods.stage_pod(plan["pods"][stage], placement, stage_pods.plan_argv(plan, stage, []))
+            op = stage_pods.stage_pod(plan["pods"][stage], placement, stage_pod.plan_argv(plan, stage, []))
             mine[stage] = {"request": stage_pods.pod_request(op), "operator": {
                 "on_finish_action": op.on_finish_action.value, "startup_timeout_seconds": op.startup_timeout_seconds,
                 "get_logs": op.get_logs, "log_pod_spec_on_failure": op.log_pod_spec_on_failure}}

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from dag_helpers import AIRFLOW_PY, CHEAP, DAGS, PARATHINK
+from dag_helpers import AIRFLOW_PY, CHEAP, PARATHINK, TOOLS
 from servers import free_port
 
-LOCAL_AIRFLOW = DAGS / "parathink_airflow" / "local_airflow.py"
+LOCAL_AIRFLOW = TOOLS / "local_airflow.py"
 DAG = "parathink_nightly"
 RUN_TIMEOUT_S = 900  # a deadline so that a stuck run fails the test instead of hanging it; not a timing check
 

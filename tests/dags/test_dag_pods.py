@@ -1,7 +1,7 @@
 """executor=kubernetes: the pods the DAG creates, built from the plan of a GPU experiment, validated against the
 Kubernetes schema of a current release (kubernetes-validate) and checked field by field.
 
-The command line `dags/parathink_airflow/pods.py` prints the same pods; the deployment tests run it against a
+The command line `tools/stage_pod.py` prints the same pods; the deployment tests run it against a
 real kube-apiserver.
 """
 
@@ -10,7 +10,7 @@ import subprocess
 
 import kubernetes_validate
 import pytest
-from dag_helpers import DAGS, ROOT, airflow_env, in_airflow
+from dag_helpers import ROOT, TOOLS, airflow_env, in_airflow
 from pod_security import violations
 
 from parathink.config import compose
@@ -47,7 +47,7 @@ def pods(airflow_python, plans, tmp_path_factory):
 
 
 def _cli(airflow_python, *args):
-    return subprocess.run([str(airflow_python), "-W", "ignore", str(DAGS / "parathink_airflow" / "pods.py"), *args],
+    return subprocess.run([str(airflow_python), "-W", "ignore", str(TOOLS / "stage_pod.py"), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 

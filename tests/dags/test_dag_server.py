@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import httpx
+import local_airflow  # tools/: dag_helpers (conftest.py) puts it on sys.path
 import pytest
-from dag_helpers import AIRFLOW_PY, CHEAP, DAGS, PARATHINK, require
-from parathink_airflow import local_airflow
+from dag_helpers import AIRFLOW_PY, CHEAP, PARATHINK, TOOLS, require
 from servers import free_port
 
-LOCAL_AIRFLOW = DAGS / "parathink_airflow" / "local_airflow.py"
+LOCAL_AIRFLOW = TOOLS / "local_airflow.py"
 DAG = "parathink_curriculum"
 RUN_TIMEOUT_S = 900  # a deadline so that a stuck run fails the test instead of hanging it; not a timing check
 SCREENSHOTS = Path(os.environ.get("PARATHINK_SCREENSHOT_DIR") or tempfile.mkdtemp(prefix="airflow-ui-"))

@@ -21,7 +21,7 @@ from parathink.kfp.plan import stage_objects
 ROOT = Path(__file__).resolve().parents[2]
 PARATHINK = Path(sys.executable).with_name("parathink")
 AIRFLOW_PY = ROOT / ".venv-airflow" / "bin" / "python"
-PODS = ROOT / "dags" / "parathink_airflow" / "pods.py"
+PODS = ROOT / "tools" / "stage_pod.py"
 # The tiny curriculum's cheap settings, on the GPU cluster profile (filter is a CPU stage there).
 TINY = ["teacher.self.model=builtin:tiny_base", "data.cold_start.0.n=40", "data.cold_start.1.n=40", "tracking=none"]
 PLAN = ["experiment=tiny", "cluster=gpu", "seed=0", "stages=[teacher,filter]", *TINY]

@@ -1,6 +1,6 @@
 """The curriculum DAG run THROUGH AIRFLOW with executor=kubernetes on the real local cluster (conftest.py).
 
-Airflow is started as `make airflow` starts it (dags/parathink_airflow/local_airflow.py: api-server, a real
+Airflow is started as `make airflow` starts it (tools/local_airflow.py: api-server, a real
 scheduler with LocalExecutor, dag-processor, on 127.0.0.1), with the settings a deployment gives it: the GPU profile
 (PARATHINK_CLUSTER=gpu), pointed at this cluster by the form's overrides, which the deployment allows here
 (PARATHINK_FORM_ALLOW=cluster.*, as an operator widens the list), its connection `kubernetes_default` naming the
@@ -40,6 +40,7 @@ from local_install import NAMESPACE, S3_BUCKET, service_url
 from test_stage_pods import CPU, MEMORY, cgroup_limits, config_digest, mlflow_api, podman_image_id, profile
 
 sys.path.insert(0, str(ROOT / "tests" / "dags"))
+sys.path.insert(0, str(ROOT / "tools"))  # test_dag_server imports local_airflow before dag_helpers adds tools/
 from dag_helpers import AIRFLOW_PY, CHEAP, PARATHINK
 from servers import free_port
 from test_dag_server import DAG, LOCAL_AIRFLOW, Airflow, _wait_for_dag

@@ -1,4 +1,4 @@
-"""The DAG's pod operator from the command line (`pods.py run`) on the real local cluster: `parathink plan` renders the
+"""The DAG's pod operator from the command line (`tools/stage_pod.py run`) on the real local cluster: `parathink plan` renders the
 run's pods (cluster=gpu pointed at this cluster, test_stage_pods.profile), and the DAG's own KubernetesPodOperator
 (dags/parathink_airflow/pods.py, Airflow and its cncf-kubernetes provider from .venv-airflow) creates the stage's
 pod, follows its log and hands back the stage's exit code: the gate table reaches the operator's log, a passed
@@ -37,7 +37,7 @@ def plan(tmp_path_factory) -> str:
 def run_stage(plan: str, kubeconfig, stage: str, *overrides: str) -> subprocess.CompletedProcess:
     if not AIRFLOW_PY.exists():
         pytest.fail("no Airflow venv: run `make airflow-venv`")
-    return subprocess.run([AIRFLOW_PY, ROOT / "dags" / "parathink_airflow" / "pods.py", "run", "--plan", plan,
+    return subprocess.run([AIRFLOW_PY, ROOT / "tools" / "stage_pod.py", "run", "--plan", plan,
                            "--stage", stage, "--kubeconfig", str(kubeconfig), "--", *overrides],
                           capture_output=True, text=True, timeout=600)
 

@@ -1,14 +1,15 @@
 """A local Airflow for ``make airflow`` and for the tests: api-server, scheduler and dag-processor on 127.0.0.1.
 
-    python dags/parathink_airflow/local_airflow.py start --home .airflow --port 8080 [--mlflow-port 5000 ...]
-    python dags/parathink_airflow/local_airflow.py stop --home .airflow
+    python tools/local_airflow.py start --home .airflow --port 8080 [--mlflow-port 5000 ...]
+    python tools/local_airflow.py stop --home .airflow
 
 Not ``airflow standalone``: its scheduler and triggerer open a log server on every interface (``[::]:8793``) with
 no host setting. Here the scheduler runs with ``--skip-serve-logs`` (with LocalExecutor the api-server reads task
 logs from this machine's files), the metadata database is sqlite in ``AIRFLOW_HOME``, and the JWT secret, the
 API secret key and the admin's password are generated once per home (the home ignores itself in git). Run with
 the Airflow venv's python (it finds ``airflow`` beside it) or pass ``--airflow-bin``; this module imports no
-Airflow, so the tests import it from their own venv.
+Airflow, so the tests import it from their own venv. A developer's tool: it lives outside ``dags/``, which ships
+into the scheduler's DAG folder.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-DAGS_FOLDER = Path(__file__).resolve().parents[1]
+DAGS_FOLDER = Path(__file__).resolve().parents[1] / "dags"
 PARALLELISM = 2  # LocalExecutor workers; Airflow's default 32 starts 32 processes (~4 GB) on a 2-core machine
 USER = "admin"
 START_TIMEOUT_S = 300  # the api-server needs ~25 s on an idle 2-core machine, much longer on a busy one
