@@ -128,3 +128,9 @@ def test_every_gpu_experiment_fits_the_gpu_profile_and_eight_gpus_share_the_opti
         cluster.plan(cfg, [*cfg.stages, "promote"])  # raises when a placement cannot hold the model
     cfg = compose(["experiment=parallel_r1_seen", "cluster.gpu_memory=24Gi"])
     cluster.plan(cfg, ["sft"])  # 7.5 GiB of weights + 52 GiB of states / 8 GPUs = 14 GiB: fits a 24 GiB GPU
+
+
+def test_a_misspelt_profile_key_is_one_line_naming_it():
+    """A key no profile has (here `sratch` for `scratch`) would be ignored and its default used in silence."""
+    with pytest.raises(ConfigError, match=r"^cluster\.sratch: not a cluster profile key \(known: accelerator, "):
+        cluster.placement(compose(["experiment=parallel_r1_seen", "+cluster.sratch=null"]), "sft")

@@ -27,6 +27,12 @@ TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 OVERRIDABLE = {"gpus_per_node", "nodes", "resources", "timeout_s"}
+# Every key a profile may have (hydra_conf/cluster/*.yaml): a misspelt one ("sratch", "gpu_stage") would otherwise be
+# ignored and its default used in silence.
+PROFILE_KEYS = {"name", "accelerator", "image", "image_pull_policy", "namespace", "service_account", "runs_root",
+                "gpu_resource", "gpus_per_node", "gpu_memory", "nodes", "gpu_stages", "hub_stages", "node_pool",
+                "resources", "shm_size", "env", "secrets", "volume", "scratch", "retries", "timeout_s",
+                "startup_timeout_s", "stage_overrides", "run_as_user", "trainer_runtime"}
 # Kubernetes quantities (cpu "500m" / "32", memory "8Gi" / "512M"): checked here so that a typo fails at plan time.
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -231,6 +237,9 @@ def placement(cfg, stage: str) -> Placement:
     """The placement of ``stage`` under the config's cluster profile; raises ConfigError naming the bad key."""
     p = _profile_dict(cfg)
     w = "cluster"
+    unknown = sorted(set(p) - PROFILE_KEYS)
+    if unknown:
+        raise ConfigError(f"cluster.{unknown[0]}: not a cluster profile key (known: {', '.join(sorted(PROFILE_KEYS))})")
     accelerator = _get(p, "accelerator", w)
     if accelerator not in ACCELERATORS:
         raise ConfigError(f"cluster.accelerator: must be one of {ACCELERATORS}, got {accelerator!r}")

@@ -12,10 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from hydra import compose, initialize_config_dir
 
+from parathink.config import config_dir
 from parathink.data import synthetic
 from parathink.stages import teacher as teacher_stage
 from parathink.stages.context import StageContext
-from parathink.stages.runner import config_dir
 from parathink.teacher import TeacherUnavailable
 from parathink.teacher.openai_http import OpenAIConfig, OpenAITeacher
 from parathink.teacher.store import RawStore

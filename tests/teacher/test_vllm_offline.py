@@ -7,10 +7,10 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
+from parathink.config import config_dir
 from parathink.errors import ConfigError
 from parathink.stages import teacher as teacher_stage
 from parathink.stages.context import StageContext
-from parathink.stages.runner import config_dir
 from parathink.teacher import vllm_offline
 from parathink.teacher.vllm_server import MODEL_DIR, VENV, check_installed
 

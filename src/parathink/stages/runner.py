@@ -35,7 +35,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from parathink import distributed, memory, provenance, storage
-from parathink.config import compose, config_dir  # noqa: F401  (config_dir: tests/teacher/ imports it here)
+from parathink.config import compose
 from parathink.errors import ConfigError
 from parathink.evaluation import results as results_file
 from parathink.exits import EXIT_OK, guarded
