@@ -167,8 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", exits.EXIT_INTERRUPTED)
     except exits.Terminated:
-        print("parathink: stopped (SIGTERM)", file=sys.stderr)
-        return exits.EXIT_TERMINATED
+        return exits.stopped()
     except BrokenPipeError:
         return 0
 

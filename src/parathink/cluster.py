@@ -172,15 +172,21 @@ def quantity_bytes(text: str) -> float:
     return float(number) * (BINARY.get(suffix) or DECIMAL.get(suffix) or 1)
 
 
+def _kind_quantity(value: Any, kind: str, at: str) -> tuple[str, str]:
+    """A quantity given once for both kinds of stage or as ``{gpu: ..., cpu: ...}``: (this kind's, where it is)."""
+    where = at
+    if isinstance(value, Mapping):
+        where = f"{at}.{kind}"
+        if kind not in value:
+            raise ConfigError(f"{where}: missing ({at.rsplit('.', 1)[-1]} is one quantity or {{gpu: ..., cpu: ...}})")
+        value = value[kind]
+    return _quantity(value, where), where
+
+
 def _shm(value: Any, kind: str, resources: Mapping) -> str:
     """``shm_size`` for this kind of stage: one quantity for both, or ``{gpu: ..., cpu: ...}``. A memory-backed
     /dev/shm counts against the pod's memory limit, so one at or above it is a placement that cannot work."""
-    where = f"cluster.shm_size.{kind}" if isinstance(value, Mapping) else "cluster.shm_size"
-    if isinstance(value, Mapping):
-        if kind not in value:
-            raise ConfigError(f"{where}: missing (shm_size is one quantity or {{gpu: ..., cpu: ...}})")
-        value = value[kind]
-    shm = _quantity(value, where)
+    shm, where = _kind_quantity(value, kind, "cluster.shm_size")
     memory = resources.get("memory") if isinstance(resources, Mapping) else None
     if memory and QUANTITY.match(str(memory)) and quantity_bytes(shm) >= quantity_bytes(str(memory)):
         raise ConfigError(f"{where}: {shm} is not below the {kind} pods' memory {memory} (a memory-backed /dev/shm "
@@ -208,13 +214,9 @@ def _scratch(value: Any, kind: str, where: str) -> dict[str, Any] | None:
                           f"storage_class: NAME or null}}, got {value!r}")
     if not str(value["mount_path"]).startswith("/"):
         raise ConfigError(f"{where}.mount_path: must be an absolute path, got {value['mount_path']!r}")
-    size, size_at = value["size"], f"{where}.size"
-    if isinstance(size, Mapping):
-        if kind not in size:
-            raise ConfigError(f"{where}.size.{kind}: missing (size is one quantity or {{gpu: ..., cpu: ...}})")
-        size, size_at = size[kind], f"{where}.size.{kind}"
+    size, _ = _kind_quantity(value["size"], kind, f"{where}.size")
     storage_class = value.get("storage_class")
-    return {"mount_path": str(value["mount_path"]), "size": _quantity(size, size_at),
+    return {"mount_path": str(value["mount_path"]), "size": size,
             "storage_class": None if storage_class is None else str(storage_class)}
 
 

@@ -58,6 +58,12 @@ def _terminated(signum, frame) -> None:
     raise Terminated()
 
 
+def stopped() -> int:
+    """The stop's one line; its exit code."""
+    print("parathink: stopped (SIGTERM)", file=sys.stderr)
+    return EXIT_TERMINATED
+
+
 def _exit_after_unwind() -> None:
     time.sleep(UNWIND_S)
     os.write(2, f"parathink: stopped (SIGTERM; not unwound within {UNWIND_S:.0f} s)\n".encode())
@@ -80,12 +86,10 @@ def _run(fn: Callable[[], object]) -> int:
         print("parathink: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Terminated:
-        print("parathink: stopped (SIGTERM)", file=sys.stderr)
-        return EXIT_TERMINATED
+        return stopped()
     except Exception as err:
         if _sigterm.is_set():  # the stop, caught and re-raised as something else on its way (an import mid-load)
-            print("parathink: stopped (SIGTERM)", file=sys.stderr)
-            return EXIT_TERMINATED
+            return stopped()
         code = exit_code(err)
         if code is None:
             traceback.print_exc()
