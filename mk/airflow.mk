@@ -35,8 +35,7 @@ $(AIRFLOW_STAMP): | $(STAMP)
 chromium:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get -o DPkg::Lock::Timeout=300 update -qq && DEBIAN_FRONTEND=noninteractive \
-			apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends \
+		$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends \
 			chromium chromium-driver >/dev/null && chromium --version; \
 	else echo "chromium: not installed and not root; the Airflow UI test will skip (apt-get install chromium chromium-driver)"; fi
 

@@ -22,8 +22,7 @@ kube-down: $(STAMP)
 
 node-packages:
 	@command -v containerd >/dev/null && test -x /usr/lib/cni/bridge && command -v conntrack >/dev/null || { \
-		apt-get update -q >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(NODE_PACKAGES) >/dev/null; }
+		$(APT_GET) update -q >/dev/null && $(APT_GET) install -y -q --no-install-recommends $(NODE_PACKAGES) >/dev/null; }
 
 # tests/e2e's cluster fixture starts the cluster itself (and stops it if it started it): it needs the binaries
 # (kube-control-plane, already in TEST_DEPS), containerd and the CNI plugins, and the images (mk/images.mk).

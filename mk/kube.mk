@@ -22,7 +22,6 @@ $(KUBE_STAMP):
 kube-control-plane: | etcd-server
 .PHONY: etcd-server
 etcd-server:
-	@command -v etcd >/dev/null || { apt-get update -q >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >/dev/null; }
+	@command -v etcd >/dev/null || { $(APT_GET) update -q >/dev/null && $(APT_GET) install -y -q etcd-server >/dev/null; }
 
 TEST_DEPS += kube-control-plane

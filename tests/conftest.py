@@ -26,6 +26,14 @@ from servers import free_port as _pick_port
 STAGE_FILE = str(Path(__file__).parent / "stages" / "resume_stage.py")
 
 
+# tests/e2e runs last. Its session fixture starts the local cluster (etcd, the control plane, the kubelet,
+# containerd and the chart's pods) and stops it when the session ends; run in the middle of the suite, the idle
+# cluster kept a share of the two cores busy under every test after it.
+def pytest_collection_modifyitems(config, items):
+    e2e = Path(__file__).parent / "e2e"
+    items.sort(key=lambda item: e2e in Path(str(item.path)).parents)  # stable: the rest keep their order
+
+
 @pytest.fixture
 def free_port():
     return _pick_port

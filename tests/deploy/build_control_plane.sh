@@ -19,17 +19,19 @@ mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 
 export DEBIAN_FRONTEND=noninteractive
+# One apt at a time across make's parallel targets (the Makefile's APT_GET takes the same lock).
+apt() { flock /var/lock/parathink-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 # apt-get source needs a deb-src line; the machine's sources list only binary packages.
 SRC_LIST=/etc/apt/sources.list.d/parathink-deb-src.sources
 if ! grep -qs '^Types: deb-src' /etc/apt/sources.list.d/*.sources && ! grep -qs '^deb-src ' /etc/apt/sources.list; then
   printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$SRC_LIST"
 fi
-apt-get update -q >/dev/null
-apt-get install -y -q --no-install-recommends etcd-server rsync dpkg-dev golang-1.19-go gcc libc6-dev >/dev/null
+apt update -q >/dev/null
+apt install -y -q --no-install-recommends etcd-server rsync dpkg-dev golang-1.19-go gcc libc6-dev >/dev/null
 
 WORK="$DEST/src"
 rm -rf "$WORK" && mkdir -p "$WORK"
-(cd "$WORK" && apt-get source -q kubernetes >/dev/null 2>&1)
+(cd "$WORK" && apt source -q kubernetes >/dev/null 2>&1)
 TREE=$(find "$WORK" -maxdepth 1 -type d -name 'kubernetes-*' | head -1)
 
 cd "$TREE"

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 import parathink
 from parathink.stages import runner
 from parathink.tracking.curriculum import final_metrics
-from parathink.tracking.lineage import git_state, lineage_tags, run_name
+from parathink.tracking.lineage import git_state, lineage_tags, run_name, source_name
 
 AIRFLOW = {"AIRFLOW_CTX_DAG_ID": "parathink_curriculum", "AIRFLOW_CTX_DAG_RUN_ID": "manual__2026-12-03T06:00:00",
            "AIRFLOW_CTX_TRY_NUMBER": "2"}
@@ -20,6 +20,7 @@ def test_tags_name_the_code_the_image_and_the_orchestrator_run():
     tags = lineage_tags(env, run_dir="s3://b/runs/a", config_hash="c0ffee", git=("1234abcd", True))
     assert tags == {"parathink.version": parathink.__version__, "parathink.run_dir": "s3://b/runs/a",
                     "parathink.config_hash": "c0ffee", "mlflow.source.git.commit": "1234abcd",
+                    "mlflow.source.name": "airflow:parathink_curriculum", "mlflow.source.type": "LOCAL",
                     "parathink.git_commit": "1234abcd", "parathink.git_dirty": "true",
                     "parathink.image": "localhost/parathink/trainer-cpu:0.1.0", "parathink.image_digest": "sha256:ab",
                     "airflow.dag_id": "parathink_curriculum", "airflow.run_id": "manual__2026-12-03T06:00:00",
@@ -31,6 +32,12 @@ def test_an_image_without_a_checkout_reports_the_commit_it_was_built_from(tmp_pa
     tags = lineage_tags({"PARATHINK_GIT_COMMIT": "feed"}, run_dir="r", config_hash="h", git=git_state(tmp_path))
     assert tags["parathink.git_commit"] == "feed" and tags["parathink.git_dirty"] == "unknown"
     assert "parathink.git_commit" not in lineage_tags({}, run_dir="r", config_hash="h")
+
+
+def test_the_source_column_names_what_started_the_run():
+    assert source_name(AIRFLOW) == "airflow:parathink_curriculum"
+    assert source_name({"PARATHINK_KFP_RUN_ID": "run-7"}) == "kfp:parathink"
+    assert lineage_tags({}, run_dir="r", config_hash="h")["mlflow.source.name"] == "parathink"  # the command line
 
 
 def test_run_names_tell_runs_apart():

@@ -111,6 +111,9 @@ def _runs_table(drv, url: str, experiments: str, runs: list, shot: Path) -> None
             assert float(cells[f"metrics.`{key}`"]) == pytest.approx(run.data.metrics[key], abs=1e-3), key
         for key in TAGS:
             assert cells[f"tags.`{key}`"] == run.data.tags.get(key, "-"), (key, cells)
+        # The Source column (MLflow's own, on by default): what started the run, not "-".
+        source = [text for col, text in cells.items() if col.endswith("`Source`")]
+        assert source and run.data.tags["mlflow.source.name"] in source[0], (source, cells)
     ActionChains(drv).move_to_element(drv.find_element(  # away from the headers: no tooltip in the shot
         By.XPATH, "//*[normalize-space()='Displaying Runs from 2 Experiments']")).perform()
     drv.set_window_size(1900, 450)

@@ -23,7 +23,7 @@ import parathink
 
 SOURCE_DIR = Path(parathink.__file__).resolve().parent
 
-# environment variable -> tag. mlflow.source.git.commit is MLflow's own: its runs table shows it in "Source".
+# environment variable -> tag. mlflow.source.* are MLflow's own tags: its runs table shows them in "Source".
 ENV_TAGS = {
     "PARATHINK_IMAGE": "parathink.image",
     "PARATHINK_IMAGE_DIGEST": "parathink.image_digest",
@@ -57,13 +57,24 @@ def lineage_tags(environ: Mapping[str, str], *, run_dir: str, config_hash: str,
     commit, dirty = git
     commit = commit or environ.get("PARATHINK_GIT_COMMIT") or None
     tags = {"parathink.version": parathink.__version__, "parathink.run_dir": run_dir,
-            "parathink.config_hash": config_hash}
+            "parathink.config_hash": config_hash,
+            # MLflow's runs table shows these in its Source column (a run made through MlflowClient has none: "-").
+            "mlflow.source.name": source_name(environ), "mlflow.source.type": "LOCAL"}
     if commit:
         tags["mlflow.source.git.commit"] = commit
         tags["parathink.git_commit"] = commit
         tags["parathink.git_dirty"] = "unknown" if dirty is None else str(dirty).lower()
     tags.update({tag: environ[var] for var, tag in ENV_TAGS.items() if environ.get(var)})
     return tags
+
+
+def source_name(environ: Mapping[str, str]) -> str:
+    """What started the run, for MLflow's Source column: the Airflow DAG, the KFP run, or the command line."""
+    if environ.get("AIRFLOW_CTX_DAG_ID"):
+        return f"airflow:{environ['AIRFLOW_CTX_DAG_ID']}"
+    if environ.get("PARATHINK_KFP_RUN_ID"):
+        return "kfp:parathink"
+    return "parathink"
 
 
 def run_name(experiment: str, *, seed: int, run_dir: str, environ: Mapping[str, str],
