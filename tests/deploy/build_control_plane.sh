@@ -19,8 +19,9 @@ mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 
 export DEBIAN_FRONTEND=noninteractive
-# One apt at a time across make's parallel targets (the Makefile's APT_GET takes the same lock).
-apt() { flock /var/lock/parathink-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+# One apt at a time across make's parallel targets: the Makefile exports APT_GET (a lock around apt-get).
+# shellcheck disable=SC2086  # APT_GET is a command line, split on purpose
+apt() { ${APT_GET:-apt-get} "$@"; }
 # apt-get source needs a deb-src line; the machine's sources list only binary packages.
 SRC_LIST=/etc/apt/sources.list.d/parathink-deb-src.sources
 if ! grep -qs '^Types: deb-src' /etc/apt/sources.list.d/*.sources && ! grep -qs '^deb-src ' /etc/apt/sources.list; then
