@@ -1,6 +1,9 @@
 """A real Airflow (api-server, scheduler, dag-processor) and MLflow UI, started as `make airflow` starts them, on
 127.0.0.1 with free ports and a temporary AIRFLOW_HOME: the curriculum triggered through the REST API as the UI's
-Trigger button does, then through the UI itself in headless Chromium.
+Trigger button does, then through the UI itself in headless Chromium; and the nightly DAG reacting to data.
+
+One Airflow serves every test of this file (its start is a minute or more of a 2-core CI machine); the nightly's
+deployment settings are in its environment from the start (they are read when the DAG folder is parsed).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -37,17 +41,20 @@ class Airflow:
         assert r.status_code in (200, 201), r.text
         return {"Authorization": f"Bearer {r.json()['access_token']}"}
 
-    def api(self, method: str, path: str, **kw) -> httpx.Response:
-        return httpx.request(method, f"{self.url}/api/v2{path}", headers=self.headers(), timeout=60, **kw)
+    def api(self, method: str, path: str, headers: dict | None = None, **kw) -> httpx.Response:
+        return httpx.request(method, f"{self.url}/api/v2{path}", headers={**self.headers(), **(headers or {})},
+                             timeout=60, **kw)
 
-    def wait_for(self, run_id: str) -> dict:
-        """The finished run (success or failed), with its task states."""
+    def wait_for(self, run_id: str, dag: str = DAG) -> dict:
+        """The finished run (success or failed), with its task states (``tasks``) and task instances
+        (``task_instances``, by task id)."""
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while True:
-            run = self.api("GET", f"/dags/{DAG}/dagRuns/{run_id}").json()
+            run = self.api("GET", f"/dags/{dag}/dagRuns/{run_id}").json()
             if run["state"] in ("success", "failed") or time.monotonic() > deadline:
-                tis = self.api("GET", f"/dags/{DAG}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
+                tis = self.api("GET", f"/dags/{dag}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
                 run["tasks"] = {t["task_id"]: t["state"] for t in tis}
+                run["task_instances"] = {t["task_id"]: t for t in tis}
                 return run
             time.sleep(2)
 
@@ -59,6 +66,7 @@ def airflow(airflow_python, tmp_path_factory):
     port, mlflow_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env["PATH"] = f"{PARATHINK.parent}{os.pathsep}{env['PATH']}"  # as make airflow: the project's parathink first
+    env.update(nightly_settings(workdir / "data"))
     start = [str(AIRFLOW_PY), str(LOCAL_AIRFLOW), "start", "--home", str(home), "--port", str(port),
              "--mlflow-port", str(mlflow_port), "--mlflow-bin", str(PARATHINK.with_name("mlflow")),
              "--tracking-uri", f"sqlite:///{workdir / 'mlflow.db'}", "--workdir", str(workdir)]
@@ -75,9 +83,21 @@ def airflow(airflow_python, tmp_path_factory):
         subprocess.run([str(AIRFLOW_PY), str(LOCAL_AIRFLOW), "stop", "--home", str(home)], env=env, timeout=120)
 
 
-def _wait_for_dag(server: Airflow) -> None:
+def nightly_settings(data: Path) -> dict[str, str]:
+    """The nightly's deployment settings (docs/lifecycle.md), for a test: the data folder it watches, and nights
+    that run the teacher stage only on the tiny base, so that a night takes a minute. The code a night runs is the
+    image's digest here, as in a deployment: the shared checkout's commits and edits by others during the test are no
+    change of this night's code. The cron is the 29th of February: unpausing starts no scheduled night (the first
+    after the DAG's start date is in 2028), so every nightly run here is the test's."""
+    data.mkdir(parents=True, exist_ok=True)
+    return {"PARATHINK_NIGHTLY_DATA": str(data), "PARATHINK_IMAGE_DIGEST": "sha256:test",
+            "PARATHINK_NIGHTLY_CRON": "0 2 29 2 *", "PARATHINK_NIGHTLY_STAGES": "teacher",
+            "PARATHINK_NIGHTLY_PROMOTE": "false", "PARATHINK_NIGHTLY_OVERRIDES": "\n".join(CHEAP)}
+
+
+def _wait_for_dag(server: Airflow, dag: str = DAG) -> None:
     deadline = time.monotonic() + 300
-    while server.api("GET", f"/dags/{DAG}").status_code != 200:
+    while server.api("GET", f"/dags/{dag}").status_code != 200:
         assert time.monotonic() < deadline, "the dag-processor never parsed the DAG folder"
         time.sleep(2)
     assert server.api("GET", "/importErrors").json()["total_entries"] == 0
@@ -256,3 +276,70 @@ def _new_run(airflow: Airflow, before: set[str]) -> str:
             return new[0]
         assert time.monotonic() < deadline, "pressing Trigger created no DAG run"
         time.sleep(1)
+
+
+# ---------------------------------------------------------------- the nightly reacts to data
+# Publishing a snapshot (an asset event through the REST API, as a producer would) starts an asset-triggered night
+# that trains; a second event with nothing new (same data, same code, same form) starts a night that trains nothing
+# and says so in its log. The latency from the event to the first task is printed, never asserted.
+
+NIGHTLY = "parathink_nightly"
+
+
+def _nightly_runs(airflow: Airflow) -> list[dict]:
+    return airflow.api("GET", f"/dags/{NIGHTLY}/dagRuns", params={"order_by": "run_after"}).json()["dag_runs"]
+
+
+def _publish(airflow: Airflow) -> tuple[set[str], datetime]:
+    """Mark the data asset updated, as a producer does after writing a snapshot; (runs before, the event's time)."""
+    known = {r["dag_run_id"] for r in _nightly_runs(airflow)}
+    assets = airflow.api("GET", "/assets", params={"name_pattern": "parathink_nightly_data"}).json()["assets"]
+    assert len(assets) == 1 and assets[0]["uri"] == (airflow.workdir / "data").as_uri(), assets
+    event = airflow.api("POST", "/assets/events", json={"asset_id": assets[0]["id"]})
+    assert event.status_code == 200, event.text
+    return known, datetime.fromisoformat(event.json()["timestamp"])
+
+
+def _next_night(airflow: Airflow, known: set[str]) -> dict:
+    """The first asset-triggered run not in ``known``."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        fresh = [r for r in _nightly_runs(airflow) if r["dag_run_id"] not in known and r["run_type"] == "asset_triggered"]
+        if fresh:
+            return fresh[0]
+        assert time.monotonic() < deadline, "no run started after the asset event"
+        time.sleep(0.5)
+
+
+def _night_log(airflow: Airflow, run_id: str, task_id: str) -> str:
+    r = airflow.api("GET", f"/dags/{NIGHTLY}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1",
+                    params={"full_content": "true"}, headers={"Accept": "application/json"})
+    return json.dumps(r.json().get("content"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)  # one night of stage tasks on a shared 2-core machine
+def test_a_new_snapshot_starts_a_night_that_trains_and_an_unchanged_one_trains_nothing(airflow):
+    _wait_for_dag(airflow, NIGHTLY)
+    assert airflow.api("PATCH", f"/dags/{NIGHTLY}", json={"is_paused": False}).status_code == 200
+    (airflow.workdir / "data" / "snapshot-1.jsonl").write_text('{"problem": "1 + 1", "answer": "2"}\n')
+    known, at = _publish(airflow)
+    run = _next_night(airflow, known)
+    assert run["run_type"] == "asset_triggered"
+    run = airflow.wait_for(run["dag_run_id"], NIGHTLY)
+    tis = run["task_instances"]
+    first = datetime.fromisoformat(tis["what_changed"]["start_date"])
+    print(f"\nasset event -> first task started: {(first - at).total_seconds():.1f} s")
+    assert run["state"] == "success", {t: ti["state"] for t, ti in tis.items()}
+    assert tis["teacher"]["state"] == "success" and tis["record_inputs"]["state"] == "success"
+    log = _night_log(airflow, run["dag_run_id"], "what_changed")
+    assert "changed since the last night that trained (none): data, code, form" in log
+    assert "a new data snapshot (asset event)" in log
+
+    known, at = _publish(airflow)  # nothing new: same files, same code, same form
+    run = airflow.wait_for(_next_night(airflow, known)["dag_run_id"], NIGHTLY)
+    tis = run["task_instances"]
+    assert run["state"] == "success"
+    assert tis["what_changed"]["state"] == "success" and tis["plan"]["state"] == "skipped"
+    assert tis["teacher"]["state"] == "skipped" and tis["record_inputs"]["state"] == "skipped"
+    assert "no new data and no code change since" in _night_log(airflow, run["dag_run_id"], "what_changed")

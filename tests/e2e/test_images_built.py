@@ -2,7 +2,7 @@
 package version and the git commit, the host's pip configuration in no layer, the mlflow image's own default
 command serving, the orchestrator planning without torch, the CPU trainer running a stage. Stand-in: on this
 machine the Python base and the Airflow image are images/offline's (no registry); tests/deploy/test_images.py
-checks the Dockerfiles' text and install steps without podman."""
+checks the Dockerfiles' text and the orchestrator's plan venv without podman."""
 
 from __future__ import annotations
 
