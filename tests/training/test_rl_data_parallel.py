@@ -108,8 +108,10 @@ def test_two_process_update_equals_the_one_process_update(tiny_checkpoint, tmp_p
         assert abs(r["stats"]["loss"] - stats["loss"]) < 1e-6 and abs(r["stats"]["entropy"] - stats["entropy"]) < 1e-6
 
 
+# ZeRO-2 is left out here as in the resume test below (~90 s a case): the update test above runs the shipped ZeRO-2
+# file's engine, and the stage's AdamW, checkpoint and publish go through the same DeepSpeed calls as ZeRO-3's.
 @pytest.mark.slow  # launches two torchrun processes
-@pytest.mark.parametrize("launch", ["ddp", "zero2", "zero3"])
+@pytest.mark.parametrize("launch", ["ddp", "zero3"])
 def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(tiny_checkpoint, tmp_path, torchrun,
                                                                             launch):
     """`parathink stage grpo_baseline` on two processes, under DDP, ZeRO-2 or ZeRO-3 (with its AdamW and a step-2
