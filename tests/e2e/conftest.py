@@ -34,6 +34,10 @@ def kubeconfig() -> Path:
     was_running = local_cluster.running(local_cluster.Paths(local_cluster.CLUSTER_DIR))
     proc = subprocess.run([sys.executable, HERE / "local_cluster.py", "up", *map(ref, CLUSTER_IMAGES)],
                           capture_output=True, text=True, timeout=1800)
+    # What `up` did and how long each part took (imports, chart), kept beside the components' logs.
+    logs = local_cluster.CLUSTER_DIR / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "up.log").write_text(proc.stderr)
     if proc.returncode != 0:
         pytest.fail(f"local_cluster.py up exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     yield Path(proc.stdout.strip().splitlines()[-1])

@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -354,9 +355,13 @@ def up(images: list[str]) -> Path:
     make_bridge()
     pki = Pki(paths.pki, days=30)
     try:
+        # containerd first, and the images imported while the control plane and the node start: a fresh machine's
+        # import (minutes: podman save + ctr import, mostly disk) no longer waits for them (about a minute, mostly CPU).
+        start_containerd(paths, bins)
+        importing = Background(import_images, paths, bins, images)
         start_control_plane(paths, pki, bins)
         start_node(paths, pki, bins)
-        import_images(paths, bins, images)
+        importing.result()
         advertise_gpu_pool(paths)
         install(paths)
     except BaseException:
@@ -408,9 +413,34 @@ def start_control_plane(paths: Paths, pki: Pki, bins: dict[str, Path]) -> None:
     wait(paths, "kube-scheduler", lambda: _get("https://127.0.0.1:10259/healthz", verify=False))
 
 
-def start_node(paths: Paths, pki: Pki, bins: dict[str, Path]) -> None:
+class Background(threading.Thread):
+    """``fn(*args)`` in a thread; ``result()`` waits for it and returns its value or raises what it raised."""
+
+    def __init__(self, fn, *args):
+        super().__init__(daemon=True)
+        self.fn, self.args, self.value, self.error = fn, args, None, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as e:  # re-raised in the caller's thread by result()
+            self.error = e
+
+    def result(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def start_containerd(paths: Paths, bins: dict[str, Path]) -> None:
     spawn(paths, "containerd", [bins["containerd"], f"--config={containerd_config(paths)}"])
     wait(paths, "containerd", lambda: ctr(paths, "version", check=False).returncode == 0)
+
+
+def start_node(paths: Paths, pki: Pki, bins: dict[str, Path]) -> None:
+    """The kubelet and what the node's pods need beside it (containerd runs already: start_containerd)."""
     import_pause(paths, bins)
     kubelet_kubeconfig = kubeconfig(paths, pki, "kubelet", f"system:node:{NODE}", ("system:nodes",))
     pool = gpu_pool()
