@@ -64,6 +64,15 @@ class CurriculumTracking:
     def stage_failed(self, name: str, tracker: Tracker) -> None:
         pass
 
+    def _decode(self, name: str) -> dict | None:
+        """How this run's ``eval`` decodes stage ``name``'s model (mode, paths per block), for the version's metadata;
+        None in a config without an eval section."""
+        from parathink.stages.eval import stage_mode
+
+        if self.cfg.get("eval") is None:
+            return None
+        return {"mode": stage_mode(self.cfg, name), "num_paths": int(self.cfg.eval.num_paths)}
+
     def gate_rechecked(self, name: str, manifest, gate_dir: Path) -> None:
         """A published stage's gate was evaluated again (``parathink.stages.gating.recheck``)."""
 
@@ -182,7 +191,8 @@ class MlflowCurriculumTracking(CurriculumTracking):
         if not is_transformers_checkpoint(model_dir) and not logged:
             self.session.client.log_artifacts(run_id, str(model_dir), "model")
         register(self.session.client, self.model_name, run_id, model_dir, stage=name,
-                 grammar=str(self.cfg.get("format", "parallel_r1")), tags={"output_hash": manifest.output_hash})
+                 grammar=str(self.cfg.get("format", "parallel_r1")), tags={"output_hash": manifest.output_hash},
+                 decode=self._decode(name))
 
     def gate_rechecked(self, name: str, manifest, gate_dir: Path) -> None:
         """Into the stage's own MLflow run: the new verdict; a model that passes now becomes a registry candidate."""

@@ -2,9 +2,11 @@
 
 ``mlflow.transformers.load_model("models:/parathink-<experiment>@champion")`` then returns a text-generation
 pipeline (model and tokenizer, the tag tokens single special tokens of it), and the version's page shows what it
-is: the format, its tag tokens and grammar, the prompt it expects and a signature (text in, text out, generation
-params). The run directory stays the source of truth for training; the registry is the hand-off to serving
-(docs/lifecycle.md: how a vLLM server loads the champion by alias).
+is: the format, its tag tokens and grammar, the prompt it expects, how its run decoded it (``parathink.decode``) and
+a signature (text in, text out, generation params). A pipeline that writes whole parallel blocks (paths forked by
+the engine, as the structured layout was trained) is ``parathink.tracking.parallel_pipeline.load_pipeline(uri)``.
+The run directory stays the source of truth for training; the registry is the hand-off to serving (docs/lifecycle.md:
+how a vLLM server loads the champion by alias).
 
 A checkpoint transformers cannot load (the runner tests' stand-in models) is registered as its raw files, as before,
 and the log says so in one line.
@@ -20,6 +22,7 @@ from pathlib import Path
 from parathink.logs import log
 
 FLAVOR_TAG = "parathink.flavor"  # on a version: transformers | raw
+DECODE_KEY = "parathink.decode"  # in the MLmodel metadata: {"mode", "num_paths"} as the run's eval decoded it
 
 
 def is_transformers_checkpoint(model_dir: Path) -> bool:
@@ -39,8 +42,10 @@ def grammar_rule(grammar: str) -> str:
     return "\n".join(line.strip() for line in doc.splitlines() if line.startswith("    ")).strip()
 
 
-def metadata(grammar: str, tokenizer) -> dict:
-    """What the version's MLmodel records beside the model: enough to prompt it and parse what it writes."""
+def metadata(grammar: str, tokenizer, decode: dict | None = None) -> dict:
+    """What the version's MLmodel records beside the model: enough to prompt it, decode it as its run's ``eval``
+    did (``decode``: mode and paths per block, which ``parallel_pipeline.load_pipeline`` reads) and parse what it
+    writes."""
     import parathink
     from parathink.data.prompts import PLAIN_TEMPLATE, has_chat_template
     from parathink.formats.tags import TAGS
@@ -52,10 +57,11 @@ def metadata(grammar: str, tokenizer) -> dict:
             "parathink.parse": f"parathink.formats.parse(text, {grammar!r})",
             # The tags are special tokens, which a text-generation pipeline (and vLLM) drop from the text by default.
             "parathink.generate_kwargs": {"skip_special_tokens": False},
+            **({DECODE_KEY: dict(decode)} if decode else {}),
             "parathink.version": parathink.__version__}
 
 
-def log_transformers(run_id: str, model_dir: Path, *, grammar: str) -> tuple[str, float]:
+def log_transformers(run_id: str, model_dir: Path, *, grammar: str, decode: dict | None = None) -> tuple[str, float]:
     """Log ``model_dir`` into run ``run_id`` with the transformers flavor; (the logged model's URI, seconds taken).
 
     The fluent API is the flavor's only way in; the run is entered by id (it exists already, the stage's own) and the
@@ -77,12 +83,12 @@ def log_transformers(run_id: str, model_dir: Path, *, grammar: str) -> tuple[str
     with mlflow.start_run(run_id=run_id):
         info = mlflow.transformers.log_model({"model": model, "tokenizer": tok}, name="model",
                                              task="text-generation", signature=signature,
-                                             metadata=metadata(grammar, tok), pip_requirements=requirements)
+                                             metadata=metadata(grammar, tok, decode), pip_requirements=requirements)
     return info.model_uri, time.perf_counter() - t0
 
 
 def register(client, name: str, run_id: str, model_dir: Path, *, stage: str, grammar: str,
-             tags: dict[str, str]):
+             tags: dict[str, str], decode: dict | None = None):
     """Register the checkpoint as a new version of ``name``: with the transformers flavor when transformers can load
     it, else as its raw files (the run's ``model`` artifact, which the caller logged); returns the version."""
     from parathink.tracking.registry import register_model
@@ -91,7 +97,7 @@ def register(client, name: str, run_id: str, model_dir: Path, *, stage: str, gra
         log(f"registry: {stage}'s model/config.json names no transformers architecture; registered as raw files "
             f"(no MLflow flavor)")
         return register_model(client, name, run_id, stage=stage, tags={**tags, FLAVOR_TAG: "raw"})
-    uri, seconds = log_transformers(run_id, model_dir, grammar=grammar)
+    uri, seconds = log_transformers(run_id, model_dir, grammar=grammar, decode=decode)
     client.log_metric(run_id, "registry.flavor_log_s", seconds)
     log(f"registry: {stage}'s model logged with the transformers flavor in {seconds:.1f} s ({uri})")
     return register_model(client, name, run_id, stage=stage, source=uri,
