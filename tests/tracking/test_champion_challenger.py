@@ -91,7 +91,7 @@ def test_promotion_samples_champion_and_candidate_side_by_side(mlflow_server, ti
     meta = info.metadata
     assert meta["parathink.format"] == "parallel_r1" and "<Parallel>" in meta["parathink.tag_tokens"]
     assert "<Summary>" in meta["parathink.grammar"] and info.signature is not None
-    assert meta["parathink.decode"] == {"mode": "structured", "num_paths": 2}  # the run's eval settings (defaults)
+    assert meta["parathink.decode"] == {"mode": "structured", "num_paths": 3}  # the run's eval (experiment tiny)
     pipe = mlflow.transformers.load_model(f"models:/{MODEL}@champion")
     assert type(pipe).__name__ == "TextGenerationPipeline"
     for tag, token_id in meta["parathink.tag_token_ids"].items():  # one token each, kept in the text when asked
