@@ -37,6 +37,9 @@ class ParallelTextGenerationPipeline(TextGenerationPipeline):
     would not honour it.
     """
 
+    _engine_key: tuple | None = None  # the settings of the engine built last, reused while a call's settings match
+    _engine_obj = None
+
     def _sanitize_parameters(self, return_full_text=None, num_return_sequences=None, **kwargs):
         unknown = sorted(set(kwargs) - set(_FORWARD))
         if unknown:
@@ -58,7 +61,7 @@ class ParallelTextGenerationPipeline(TextGenerationPipeline):
         from parathink.engine import Engine
 
         key = (grammar, mode, int(num_paths))
-        if getattr(self, "_engine_key", None) != key:
+        if self._engine_key != key:
             self._engine_obj = Engine(self.model, self.tokenizer, grammar=grammar, mode=mode, num_paths=int(num_paths))
             self._engine_key = key
         return self._engine_obj
