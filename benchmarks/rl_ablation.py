@@ -11,6 +11,8 @@ pool of any seed this script trains at; never the test split that ``eval`` repor
   only project pieces are the model, the prompt template, the grader and the step's problem draw.
 - ``stage``: ``parathink.training.rl.train`` with the ``grpo_baseline`` stage's composed config (``tiny``), and
   ``key=value`` overrides for one difference at a time.
+- ``headroom``: the start model's validation accuracy at T = 0 (greedy), 0.5, 0.7 and 1: how much of its T = 1
+  error is sampling slips that a sharper policy would not make (what RL at T = 1 can gain without new skill).
 
 Each run writes one JSON line to ``--out`` (default bench-results/rl_ablation.jsonl): the validation accuracy of
 the start and of the trained policy per problem (so that any two runs pair over the same problems), the steps, the
@@ -21,6 +23,7 @@ Run (one line per arm; `base` scores the start model only):
   .venv/bin/python benchmarks/rl_ablation.py reference --steps 100
   .venv/bin/python benchmarks/rl_ablation.py stage --steps 100 grpo_baseline.grad_clip=0
   .venv/bin/python benchmarks/rl_ablation.py stage --steps 160 --score-every 40 grpo_baseline.lr=1e-5  # a curve
+  .venv/bin/python benchmarks/rl_ablation.py headroom   # accuracy against the sampling temperature
   .venv/bin/python benchmarks/rl_ablation.py gradcheck  # one step: the stage's update against the equation
   .venv/bin/python benchmarks/rl_ablation.py table      # paired differences against the base, ± SE
 """
@@ -62,15 +65,16 @@ def validation_problems(n: int) -> list[dict]:
 
 
 @torch.no_grad()
-def score(model, tok, problems: list[dict], k: int, seed: int) -> list[int]:
-    """Right answers out of ``k`` samples per problem (T = 1, top_p = 1, eval's 320-token budget, causal)."""
+def score(model, tok, problems: list[dict], k: int, seed: int, temperature: float = 1.0) -> list[int]:
+    """Right answers out of ``k`` samples per problem (T = 1 unless given, top_p = 1, eval's 320-token budget,
+    causal)."""
     from parathink.data.prompts import build_prompt
     from parathink.engine import Engine, SamplingConfig
     from parathink.grading import grade
 
     engine = Engine(model.eval(), tok, "parallel_r1", "causal", 2)
     prompts = tok([build_prompt(p["problem"], tok) for p in problems], add_special_tokens=False)["input_ids"]
-    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=320, seed=seed, batch_size=512)
+    sampling = SamplingConfig(temperature=temperature, top_p=1.0, max_new_tokens=320, seed=seed, batch_size=512)
     right = [0] * len(problems)
     for s in engine.generate(prompts, sampling, num_samples=k):
         right[s.prompt_index] += int(grade(s.text, problems[s.prompt_index]["answer"])[1])
@@ -284,7 +288,7 @@ def table(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("arm", choices=["base", "reference", "stage", "gradcheck", "table"])
+    ap.add_argument("arm", choices=["base", "reference", "stage", "headroom", "gradcheck", "table"])
     ap.add_argument("overrides", nargs="*", help="stage arm: hydra overrides, e.g. grpo_baseline.grad_clip=0")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="training seed (problem draw, sampling)")
@@ -321,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
                 ([f"lr={args.lr}"] if args.arm == "reference" else []), "seed": args.seed, "steps": len(rows),
                 "seconds": seconds, "n": args.n, "k": args.k, "score_seed": args.score_seed,
                 "reward_first": mean("reward_mean", rows[:10]), "reward_last": mean("reward_mean", rows[-10:]),
+                # sharpening shows as falling entropy; a length drift as a biased token-level loss
+                **{f"{key}_{end}": mean(key, part) for key in ("entropy", "response_length")
+                   for end, part in (("first", rows[:10]), ("last", rows[-10:])) if rows and key in rows[0]},
                 "grad_norm_max": max((r.get("grad_norm") or 0.0 for r in rows), default=0.0), "right": right}
         args.out.parent.mkdir(exist_ok=True)
         with args.out.open("a") as f:
@@ -337,6 +344,16 @@ def main(argv: list[str] | None = None) -> None:
         right = score(policy, tok, val, args.k, args.score_seed)
         scoring[0] += time.perf_counter() - t
         record(rows, right, seconds)
+
+    if args.arm == "headroom":
+        model, tok = load_model("builtin:tiny_base")
+        for temperature in (0.0, 0.5, 0.7, 1.0):
+            k = 1 if temperature == 0 else args.k  # greedy: one sample is all samples
+            right = score(model, tok, val, k, args.score_seed, temperature)
+            print(json.dumps({"temperature": temperature, "n": args.n, "k": k,
+                              "accuracy": 100.0 * sum(right) / (args.n * k),
+                              "any_right": 100.0 * sum(r > 0 for r in right) / args.n}), flush=True)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         init = Path(tmp) / "base"
