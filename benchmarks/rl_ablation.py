@@ -11,8 +11,9 @@ pool of any seed this script trains at; never the test split that ``eval`` repor
   only project pieces are the model, the prompt template, the grader and the step's problem draw.
 - ``stage``: ``parathink.training.rl.train`` with the ``grpo_baseline`` stage's composed config (``tiny``), and
   ``key=value`` overrides for one difference at a time.
-- ``headroom``: the start model's validation accuracy at T = 0 (greedy), 0.5, 0.7 and 1: how much of its T = 1
-  error is sampling slips that a sharper policy would not make (what RL at T = 1 can gain without new skill).
+- ``headroom``: the start model's validation accuracy at T = 0 (greedy), 0.5, 0.7 and 1, printed (not written to
+  ``--out``): how much of its T = 1 error is sampling slips that a sharper policy would not make (what RL at T = 1
+  can gain without new skill).
 
 Each run writes one JSON line to ``--out`` (default bench-results/rl_ablation.jsonl): the validation accuracy of
 the start and of the trained policy per problem (so that any two runs pair over the same problems), the steps, the
@@ -345,8 +346,8 @@ def main(argv: list[str] | None = None) -> None:
         scoring[0] += time.perf_counter() - t
         record(rows, right, seconds)
 
+    model, tok = load_model("builtin:tiny_base")
     if args.arm == "headroom":
-        model, tok = load_model("builtin:tiny_base")
         for temperature in (0.0, 0.5, 0.7, 1.0):
             k = 1 if temperature == 0 else args.k  # greedy: one sample is all samples
             right = score(model, tok, val, k, args.score_seed, temperature)
@@ -357,7 +358,6 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         init = Path(tmp) / "base"
-        model, tok = load_model("builtin:tiny_base")
         save_model(model, tok, init)
         rows: list[dict] = []
         if args.arm == "reference":
