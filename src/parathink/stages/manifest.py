@@ -11,6 +11,10 @@ times, and the verdict of the stage's quality gate (``gates``; its report lives 
 hash, so that a gate evaluated again leaves the output's identity alone). A rerun skips the stage when all of these
 still hold (``parathink.stages.runner.is_up_to_date``).
 
+The output hash covers every file of the folder but three: this manifest, ``_gates/`` and ``_timings.json`` (what
+the run measured about itself, ``parathink.stages.timings``). So two runs of the same config, seed and inputs into
+two directories publish the same hash (docs/reliability.md, "What is hashed and why").
+
 A manifest that cannot be read as one (not JSON, not an object, a key missing or of the wrong type, an output
 path that leaves its folder) raises ``ManifestDamaged``; the run directory treats it as no output at all.
 """
@@ -28,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from parathink.jsonl import parse_object
 from parathink.redact import recordable, redact
+from parathink.stages.timings import TIMINGS
 from parathink.storage import StorageError, safe_join
 from parathink.storage.digest import file_sha256, local_meta  # noqa: F401  (file_sha256: re-exported)
 
@@ -71,12 +76,12 @@ def config_hash(section: dict) -> str:
 
 
 def tree_hashes(root: Path) -> tuple[str, dict[str, dict]]:
-    """(hash of the whole tree, {relative path: {sha256, size, mtime_ns}}) for every file but the manifest and the
-    gate's report."""
+    """(hash of the whole tree, {relative path: {sha256, size, mtime_ns}}) for every file but the manifest, the
+    gate's report and the timings."""
     files: dict[str, dict] = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if p.is_file() and rel != MANIFEST and not rel.startswith(f"{GATES}/"):
+        if p.is_file() and rel not in (MANIFEST, TIMINGS) and not rel.startswith(f"{GATES}/"):
             files[rel] = local_meta(p)
     digest = hashlib.sha256(_canonical({k: v["sha256"] for k, v in files.items()}).encode()).hexdigest()
     return digest[:16], files
