@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from parathink.config import config_dir
 from parathink.stages import filter as filter_stage
-from parathink.stages import teacher
+from parathink.stages import teacher, timings
 from parathink.stages.context import StageContext
 
 
@@ -38,6 +38,9 @@ def test_teacher_then_filter_accepts_traces_and_reports(tmp_path):
     report = json.loads((f_ctx.out_dir / "report.json").read_text())
     assert len(accepted) == 59 and [r["reasons"] for r in rejected] == [["incorrect"]]
     assert report["bad_lines"] == 1 and report["bad_line_list"][0]["line"] == 61
+    # Named as the run names it, with no time: the same traces give the same report in any run directory.
+    assert report["input"] == report["bad_line_list"][0]["file"] == "teacher/raw.jsonl"
+    assert "filter_seconds" not in report and timings.read(f_ctx.out_dir)["filter_seconds"] >= 0
     assert report["per_level"]["hard"]["accepted"] == 30 and report["reasons"] == {"incorrect": 1}
     assert metrics["accepted"] == 59.0
 

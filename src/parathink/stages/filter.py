@@ -2,7 +2,10 @@
 
 Reads raw traces (``filter.input``, default the teacher stage's ``raw.jsonl``), writes ``accepted.jsonl``
 (parallel AND correct, within length bounds, one per problem), ``rejected.jsonl`` (each with its ``reasons``)
-and ``report.json`` (rates per source and level, reasons histogram, bad input lines with file, line and why).
+and ``report.json`` (rates per source and level, reasons histogram, bad input lines with file, line and why). The
+report names its input as the run names it (``teacher/raw.jsonl``, or ``filter.input`` as configured), never by the
+folder it was read from, and its time goes to ``_timings.json``: the same traces give the same output hash in any
+run directory (``parathink.stages.timings``).
 Its gate (``gate``, run by the runner on the finished output: ``parathink.quality.data_gates.filter_gate``) is the
 great-expectations suite of the accepted traces, with data docs in ``_gates/``; a failed gate exits with code 3.
 """
@@ -21,6 +24,7 @@ from parathink import jsonl, provenance
 from parathink.quality.data_gates import filter_gate
 from parathink.quality.filter_config import FilterStageConfig
 from parathink.quality.thresholds import FilterThresholds
+from parathink.stages import timings
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
 
@@ -63,30 +67,34 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _input_path(f: FilterStageConfig, ctx: StageContext) -> Path:
+def _input_path(f: FilterStageConfig, ctx: StageContext) -> tuple[Path, str]:
+    """(the local file to read, its name in the report: the same whichever folder the run went to)."""
     src = f.input
     if src is None:
-        return ctx.input("teacher") / "raw.jsonl"
+        return ctx.input("teacher") / "raw.jsonl", "teacher/raw.jsonl"
     provenance.note_read(str(src))  # an input from outside the run directory: its edit makes this stage stale
     if str(src).startswith("s3://"):
         from parathink import storage
 
         local = ctx.work_dir / "input.jsonl"
         local.write_bytes(storage.read_bytes(str(src)))
-        return local
-    return Path(str(src))
+        return local, str(src)
+    return Path(str(src)), str(src)
 
 
-def filter_file(raw: Path, out: Path, cfg: DictConfig) -> dict:
-    """Filter ``raw`` into ``out``; returns the report."""
+def filter_file(raw: Path, out: Path, cfg: DictConfig, name: str | None = None) -> dict:
+    """Filter ``raw`` into ``out``; returns the report, where ``raw`` is called ``name`` (default: its path)."""
     from parathink.quality.traces import accepted_record, build_report, filter_records, read_raw, rejected_record
 
     filter_cfg = FilterStageConfig.of(cfg).bounds()
     out.mkdir(parents=True, exist_ok=True)
+    name = str(raw) if name is None else name
     started = time.time()
     result = filter_records(read_raw(raw), filter_cfg)
-    report = build_report(result, filter_cfg, str(raw))
-    report["filter_seconds"] = time.time() - started
+    report = build_report(result, filter_cfg, name)
+    for bad in report["bad_line_list"]:
+        bad["file"] = name if bad["file"] == str(raw) else bad["file"]
+    timings.write(out, filter_seconds=time.time() - started)
     _write_jsonl(out / "accepted.jsonl", (accepted_record(j) for j in result.accepted))
     _write_jsonl(out / "rejected.jsonl", (rejected_record(j) for j in result.rejected))
     _write_json(out / "report.json", report)
@@ -95,9 +103,9 @@ def filter_file(raw: Path, out: Path, cfg: DictConfig) -> dict:
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
     f = FilterStageConfig.of(cfg)
-    raw = _input_path(f, ctx)
+    raw, name = _input_path(f, ctx)
     out = Path(f.output) if f.output is not None else ctx.out_dir
-    report = filter_file(raw, out, cfg)
+    report = filter_file(raw, out, cfg, name)
     if out.resolve() != Path(ctx.out_dir).resolve():  # keep the run directory's copy complete too
         shutil.copytree(out, ctx.out_dir, dirs_exist_ok=True)
     o = report["overall"]
