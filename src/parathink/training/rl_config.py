@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from parathink.config_fields import at_least
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import RLThresholds
 from parathink.training.optim_config import with_betas
@@ -50,7 +51,7 @@ class RLConfig:
     # than steps x prompts_per_step means none is seen twice.
     problems: dict[str, Any] = field(default_factory=_hard_problems)
     reward: str = "accuracy"  # reward schedule in parathink.rewards (accuracy: R_acc = +1 / -1)
-    scaffold_steps: int = 200  # reward=scaffold: alternating S2 reward up to this step, accuracy after (§4.3)
+    scaffold_steps: int = at_least(0, 200)  # reward=scaffold: S2 alternating reward to this step, then accuracy (§4.3)
     mode: str = "structured"  # engine mode: structured (paths forked, Unseen layout) | causal (Seen, one stream)
     num_paths: int = 2  # paths forked per block in structured mode (Parallel-R1's public code: 2)
 
@@ -84,7 +85,7 @@ class RLConfig:
 
     # --- optimiser ---
     lr: float = 2e-5  # the tiny model's (higher collapsed it: docs/findings.md); the paper's 4B runs: 1e-6
-    weight_decay: float = 0.0  # AdamW decay; RL runs usually keep none
+    weight_decay: float = at_least(0, 0.0)  # AdamW decay; RL runs usually keep none
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW moments
     warmup_steps: int = 0  # linear warm-up steps, then constant (the paper's RL lr is constant)
     grad_clip: float = 1.0  # max global gradient norm (<= 0 disables); lower = steadier, slower

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parathink.config_fields import above, at_least, fraction
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import SFTThresholds
 from parathink.training.optim_config import with_betas
@@ -65,24 +66,24 @@ class SFTConfig:
 
     # --- optimiser and schedule (the paper's: AdamW, cosine, warm-up 0.1, weight decay 0.01) ---
     lr: float = 1.2e-3  # the tiny model's; higher wrecks the paths, lower learns the format less (docs/findings.md)
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1  # share of the steps warming up
+    weight_decay: float = at_least(0, 0.01)
+    warmup_ratio: float = fraction(0.1)  # share of the steps warming up
     scheduler: str = "cosine"  # transformers' lr_scheduler_type
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW moments
     grad_clip: float = 1.0  # max global gradient norm
     global_batch: int = 32  # sequences per optimiser step (the paper: 128); accumulation fills micro_batch x world
     micro_batch: int = 16  # sequences per device and forward; lowers activation memory, not the result
-    epochs: float = 6.0  # passes over the traces (the paper: 2 for Seen); max_steps > 0 overrides it
+    epochs: float = above(0, 6.0)  # passes over the traces (the paper: 2 for Seen); max_steps > 0 overrides it
     max_steps: int = -1  # > 0: this many optimiser steps, whatever the epochs
     # Wall-clock cap: stops and checkpoints; 0 = none. A cap cuts the cosine schedule before it anneals, and the
     # format may then not be learnt (the gate's full_schedule check fails such a model).
-    max_minutes: float = 0.0
+    max_minutes: float = at_least(0, 0.0)
 
     # --- checkpoints, precision, launch ---
     save_steps: int = 25  # steps between checkpoints in the work dir (resume after a kill)
-    save_total_limit: int = 2  # checkpoints kept in the work dir
+    save_total_limit: int = at_least(1, 2)  # checkpoints kept in the work dir
     precision: str = "fp32"  # fp32 | bf16 (GPU); fp32 on a CPU
-    num_threads: int = 0  # torch threads; 0 keeps torch's default, 1 when other jobs share the cores
+    num_threads: int = at_least(0, 0)  # torch threads; 0 keeps torch's default, 1 when other jobs share the cores
     deepspeed: str | None = None  # a DeepSpeed JSON (hydra_conf/deepspeed/zero2.json, zero3.json); null = none
     fsdp: str | None = None  # torch FSDP through accelerate, e.g. "full_shard auto_wrap"; null = none
     fsdp_config: dict[str, Any] = field(default_factory=dict)  # passed to TrainingArguments.fsdp_config
