@@ -76,7 +76,7 @@ class RLConfig:
     policy_loss: str = "clipped"  # clipped (PPO/GRPO surrogate) | on_policy (PAPO: pi/sg(pi), no clipping)
     loss_agg: str = "token_mean"  # token_mean (DAPO, token-level) | seq_mean (GRPO, sample-level)
     eps_low: float = 0.2  # lower clip range of the ratio
-    eps_high: float = at_least(0, 0.28)  # upper clip; > eps_low: rare good tokens grow (DAPO clip-higher; Parallel-R1)
+    eps_high: float = at_least(0, 0.28)  # > eps_low lets rare good tokens grow (DAPO clip-higher, Parallel-R1 S2)
     kl_coef: float = 0.0  # weight of the k3 KL to the frozen start model; 0 loads no reference (Parallel-R1's runs)
     drop_zero_variance: bool = False  # DAPO dynamic sampling without refill: drop groups that all scored the same
     drop_invalid_format: bool = False  # PAPO / NPR: drop rollouts that break the format before the update
