@@ -6,6 +6,10 @@
 - ``fork_speedup[K]``: K paths of 128 tokens decoded one after another in one stream (causal mode) over the
   same paths forked from the prompt (structured mode; ParaThinker's grammar, whose block opens the response,
   with the path closers banned so every path runs exactly 128 tokens until the budget closes it).
+- ``rollout_tok_s``: an RL-shaped rollout on the same model: ROLLOUT_PROMPTS prompts x ROLLOUT_SAMPLES samples,
+  ROLLOUT_TOKENS new tokens each (EOS banned), temperature 1, ROLLOUT_BATCH rows in flight (causal mode).
+- ``vs_previous``: each speed figure over the same figure of the newest earlier result
+  (``bench-results/engine-*.json``; every run also keeps its own timestamped copy there), so a slowdown shows.
 - ``max_logprob_diff_*``: engine log-probs against the training forward (``recompute_logprobs``), on the toy
   model that writes every grammar (``parathink.engine.toy``), fp32; ``max_logprob_diff_static_*`` for the
   static-shape decode (what a GPU captures as CUDA graphs, run here without the capture).
@@ -16,6 +20,7 @@ one run. ``python benchmarks/bench_engine.py [--quick]``.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -30,6 +35,9 @@ from parathink.engine.toy import prompt_ids, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
 NEG = float("-inf")
+ROLLOUT_PROMPTS, ROLLOUT_SAMPLES, ROLLOUT_TOKENS, ROLLOUT_BATCH = 8, 8, 96, 32
+# Figures compared with the previous run (higher is faster).
+SPEED_KEYS = ("engine_tok_s", "engine_tok_per_cpu_s", "rollout_tok_s", "rollout_tok_per_cpu_s")
 
 
 def tiny_model():
@@ -129,6 +137,37 @@ def fork_speedups(model, tok, ks: list[int], path_len: int, rounds: int, sync=No
             "fork_path_tokens": path_len}
 
 
+def rollout(model, tok, rounds: int, quick: bool, sync=None) -> dict:
+    """RL-shaped rollout throughput (response tokens per second of wall and of CPU time)."""
+    n_prompts, n_new = (4, 32) if quick else (ROLLOUT_PROMPTS, ROLLOUT_TOKENS)
+    prompts = [tok.encode(f"Problem: Tom has {i} apples and buys {i + 7} more. How many now?\nSolution:\n",
+                          add_special_tokens=False) for i in range(n_prompts)]
+    engine = Engine(model, tok, "parallel_r1", "causal")
+    sampling = SamplingConfig(max_new_tokens=n_new, batch_size=ROLLOUT_BATCH, seed=0,
+                              logit_bias={tok.eos_token_id: NEG})
+    tokens = n_prompts * ROLLOUT_SAMPLES * n_new
+
+    def run():
+        samples = engine.generate(prompts, sampling, num_samples=ROLLOUT_SAMPLES)
+        assert sum(len(s.response_ids) for s in samples) == tokens
+
+    with torch.no_grad():
+        run()  # warm-up
+        t = best({"rollout": run}, rounds, sync)
+    return {"rollout_tok_s": tokens / t["rollout"], "rollout_tok_per_cpu_s": tokens / t["rollout_cpu"],
+            "rollout_tokens": tokens, "rollout_rows_in_flight": ROLLOUT_BATCH}
+
+
+def vs_previous(figures: dict) -> dict:
+    """Each speed figure over the newest earlier result's (absent when there is none to compare with)."""
+    earlier = sorted((ROOT / "bench-results").glob("engine-*.json"))
+    if not earlier:
+        return {}
+    old = json.loads(earlier[-1].read_text())
+    ratios = {k: figures[k] / old[k] for k in SPEED_KEYS if k in figures and old.get(k)}
+    return {"vs_previous": {"file": earlier[-1].name, **ratios}}
+
+
 def logprob_diffs(samples_per_prompt: int) -> dict:
     """Per mode, the eager decode (``max_logprob_diff_<mode>``) and the static-shape one a GPU replays as CUDA
     graphs (``max_logprob_diff_static_<mode>``)."""
@@ -164,10 +203,15 @@ def main() -> None:
     figures.update(one_stream(model, tok, 64 if quick else 256, 2 if quick else 4))
     figures.update(fork_speedups(model, tok, [2, 4] if quick else [2, 4, 8, 16], 32 if quick else 128,
                                  1 if quick else 3))
+    figures.update(rollout(model, tok, 1 if quick else 3, quick))
     figures.update(logprob_diffs(2 if quick else 4))
     figures["targets"] = {"engine_over_hf": 2.0, "fork_speedup": {"2": 1.6, "4": 3, "8": 5, "16": 8},
                           "max_logprob_diff": 1e-4}
-    write_result("engine", figures)
+    figures.update(vs_previous(figures))
+    path = write_result("engine", figures)
+    # The run's own copy, for the next run's ``vs_previous`` (engine.json is overwritten each time).
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    (path.parent / f"engine-{stamp}.json").write_text(path.read_text())
 
 
 if __name__ == "__main__":
