@@ -171,11 +171,23 @@ def load_model(path_or_uri: str | os.PathLike, *, device: str | torch.device = "
     return model.to(device).eval(), tok
 
 
-def save_model(model, tokenizer, out_dir: str | os.PathLike) -> Path:
-    """Write a plain Hugging Face checkpoint directory (config, safetensors, tokenizer files)."""
+def save_model(model, tokenizer, out_dir: str | os.PathLike, state_dict: dict | None = None) -> Path:
+    """Write a plain Hugging Face checkpoint directory (config, safetensors, tokenizer files).
+
+    ``state_dict``: the tensors to write instead of the model's own (a training stage's fp32 master weights); the
+    config then records their dtype, so that a load with ``dtype=None`` reads what was written.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    dtypes = {str(v.dtype).split(".")[1] for v in (state_dict or {}).values() if v.is_floating_point()}
+    # a copy: save_pretrained empties the dict it is given
+    model.save_pretrained(out, state_dict=None if state_dict is None else dict(state_dict))
+    if state_dict is not None:
+        if len(dtypes) == 1:
+            path = out / "config.json"
+            config = json.loads(path.read_text(encoding="utf-8"))
+            config["dtype"] = dtypes.pop()
+            path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tokenizer.save_pretrained(out)
     return out
 
