@@ -1,0 +1,23 @@
+"""Activation (gradient) checkpointing for a training stage's model.
+
+A decoder layer's activations are what a long sequence costs: Qwen3-4B keeps about 34 bytes x hidden (2,560) per
+token per layer for its backward in bf16, 36 layers: 3.1 MiB a token, 15.6 GiB for one 5,000-token rollout.
+Checkpointing keeps each layer's input only (hidden x 2 bytes: 180 KiB a token over all layers) and recomputes the
+layer in the backward: about a third more compute for a tenth of the memory. The gradients are the same (the
+recomputed forward is the same computation; a test checks it).
+
+Non-reentrant checkpointing (``use_reentrant=False``): it supports keyword inputs (the 4-D structured mask, position
+ids) and parameters that need no gradient, and is what PyTorch recommends.
+"""
+
+from __future__ import annotations
+
+
+def enable_checkpointing(model) -> None:
+    """Checkpoint every decoder layer of a Hugging Face model (a wrapper's ``.module`` too); the KV cache of the
+    forward is turned off, which checkpointing cannot keep."""
+    inner = getattr(model, "module", model)
+    if not getattr(inner, "supports_gradient_checkpointing", False):
+        raise ValueError(f"gradient_checkpointing: {type(inner).__name__} does not support it")
+    inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    inner.config.use_cache = False

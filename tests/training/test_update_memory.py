@@ -1,0 +1,105 @@
+"""The update's memory savers change memory only: chunked log-probs equal the whole [B, T, V] computation (values and
+gradients, 1e-5), gradient checkpointing gives the same gradients, token-bounded micro-batches keep every row once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from parathink.engine import recompute_logprobs
+from parathink.engine.toy import prompt_ids, toy_model, trace
+from parathink.formats.layouts import TagIds, build_batch_layout
+from parathink.modeling.attention import structured_inputs
+from parathink.training.checkpointing import enable_checkpointing
+from parathink.training.rl import micro_batches
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    """The toy model and six parallel_r1 traces of its own shape (forks, paths, summaries), as the engine's samples
+    would carry them; written, not sampled, so that the test does not depend on what the engine draws."""
+    import random
+    from types import SimpleNamespace
+
+    torch.set_num_threads(1)
+    model, tok = toy_model()
+    engine = SimpleNamespace(mode="structured", tags=TagIds.from_tokenizer(tok, "parallel_r1"), pad=tok.pad_token_id)
+    rng = random.Random(0)
+    samples = [SimpleNamespace(prompt_ids=prompt_ids(tok, "parallel_r1", i),
+                               response_ids=tok.encode(trace("P", rng), add_special_tokens=False)) for i in range(6)]
+    assert all(engine.tags.block_open & set(s.response_ids) for s in samples)  # the structured layout is exercised
+    return model, engine, samples
+
+
+def whole_logprobs(model, engine, samples):
+    """The computation chunking replaces: the full [B, L, V] logits, gathered and log-softmaxed whole."""
+    seqs = [list(s.prompt_ids) + list(s.response_ids) for s in samples]
+    layout = build_batch_layout(seqs, engine.tags)
+    ids = torch.full((len(seqs), layout.position_ids.shape[1]), engine.pad, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+    logits = model(input_ids=ids, **structured_inputs(layout)).logits.float()  # [B, L, V]
+    width = max(len(s.response_ids) for s in samples)
+    out = torch.zeros(len(samples), width)
+    for i, s in enumerate(samples):
+        n, p = len(s.response_ids), len(s.prompt_ids)
+        logp = torch.log_softmax(logits[i, p - 1:p - 1 + n], -1)
+        out[i, :n] = logp.gather(-1, torch.tensor(s.response_ids)[:, None]).squeeze(-1)
+    return out
+
+
+def _grads(model, loss):
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+def test_chunked_logprobs_equal_the_whole_computation(sampled, chunk):
+    model, engine, samples = sampled
+    assert any(s.response_ids for s in samples)
+    whole = whole_logprobs(model, engine, samples)
+    chunked, _ = recompute_logprobs(model, engine, samples, chunk_tokens=chunk)
+    assert chunked.shape == whole.shape
+    assert (chunked - whole).abs().max().item() <= TOL
+    weights = torch.linspace(0.5, 1.5, whole.numel()).reshape(whole.shape)  # a loss that weighs every token
+    g_whole = _grads(model, (whole_logprobs(model, engine, samples) * weights).sum())
+    g_chunk = _grads(model, (recompute_logprobs(model, engine, samples, chunk_tokens=chunk)[0] * weights).sum())
+    assert g_whole.keys() == g_chunk.keys() and g_whole
+    for name in g_whole:
+        assert torch.allclose(g_chunk[name], g_whole[name], atol=TOL, rtol=1e-4), name
+
+
+def test_chunked_entropy_equals_the_whole_computation(sampled):
+    model, engine, samples = sampled
+    with torch.no_grad():
+        _, small = recompute_logprobs(model, engine, samples, with_entropy=True, chunk_tokens=5)
+        _, large = recompute_logprobs(model, engine, samples, with_entropy=True, chunk_tokens=10_000)
+    assert (small - large).abs().max().item() <= TOL and small.abs().sum() > 0
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(sampled):
+    import copy
+
+    model, engine, samples = sampled
+    plain = copy.deepcopy(model).train()
+    ckpt = copy.deepcopy(model).train()
+    enable_checkpointing(ckpt)
+    assert ckpt.model.gradient_checkpointing
+    g_plain = _grads(plain, recompute_logprobs(plain, engine, samples)[0].sum())
+    g_ckpt = _grads(ckpt, recompute_logprobs(ckpt, engine, samples)[0].sum())
+    assert g_plain.keys() == g_ckpt.keys() and g_plain
+    for name in g_plain:
+        assert torch.allclose(g_ckpt[name], g_plain[name], atol=1e-6, rtol=1e-5), name
+
+
+def test_micro_batches_bound_rows_and_padded_tokens():
+    lengths = [10, 10, 20, 30, 40, 100, 300]
+    index = list(range(len(lengths)))
+    assert micro_batches(index, lengths, 3) == [[0, 1, 2], [3, 4, 5], [6]]
+    by_tokens = micro_batches(index, lengths, 8, tokens=100)
+    assert by_tokens == [[0, 1, 2], [3, 4], [5], [6]]  # 3 x 20 = 60, 2 x 40 = 80; 300 > 100 goes alone
+    assert sorted(i for b in by_tokens for i in b) == index
+    assert all(len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 100 for b in by_tokens)
