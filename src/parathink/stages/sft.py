@@ -158,8 +158,10 @@ def _collator(cfg, s: SFTConfig, model, tok):
     if s.collator != "structured":
         return CausalCollator(tok.pad_token_id)
     check_structured_attention(model)
+    # The additive mask in the dtype attention computes in: bf16 under autocast or DeepSpeed's bf16, else fp32.
     return StructuredCollator(tok.pad_token_id, TagIds.from_tokenizer(tok, cfg.format),
-                              dtype=to_dtype(cfg.model.dtype), path_ids=int(cfg.model.parathinker_max_paths) > 0)
+                              dtype=to_dtype("bfloat16" if s.precision == "bf16" else "float32"),
+                              path_ids=int(cfg.model.parathinker_max_paths) > 0)
 
 
 def run(cfg, ctx: StageContext) -> dict[str, float]:
@@ -176,7 +178,9 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     # Teach the text the engine will produce: no whitespace before the tags it forces (formats.canonical).
     traces = [{**t, "response": engine_form(t["response"], str(cfg.format))}
               for t in read_traces(ctx.input("filter") / "accepted.jsonl")]
-    model, tok = load_model(_model_source(cfg, ctx), dtype=cfg.model.dtype,
+    # fp32 parameters whatever model.dtype says: they are the master weights (sft.precision says how the forward
+    # computes), and the published model keeps every digit of the update (training.master_weights says why).
+    model, tok = load_model(_model_source(cfg, ctx), dtype="float32",
                             attn_implementation=cfg.model.attn_implementation)
     if int(cfg.model.parathinker_max_paths) > 0:
         install_path_vectors(model, int(cfg.model.parathinker_max_paths))

@@ -52,8 +52,11 @@ import torch
 from parathink import distributed, jsonl, storage
 from parathink.errors import ConfigError, ParathinkError
 from parathink.logs import log
+from parathink.stages import timings
 from parathink.training import rl_checkpoint
+from parathink.training.checkpointing import enable_checkpointing
 from parathink.training.losses import NORMALISERS, grpo_loss
+from parathink.training.master_weights import MasterAdamW, full_precision_state, to_half_keeping_masters
 from parathink.training.rl_config import RLConfig
 from parathink.training.rl_parallel import (
     StepGroup,
@@ -65,6 +68,8 @@ from parathink.training.rl_parallel import (
     zero_stage,
 )
 from parathink.training.rl_rollouts import Rollout, StepBatch, assemble, problems_for_step, score, step_metrics
+
+HALF_DTYPES = ("bfloat16", "bf16", "float16", "fp16")
 
 
 class TrainingDiverged(ParathinkError, RuntimeError):
@@ -176,6 +181,7 @@ def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str,
 
     from parathink.engine import Engine
     from parathink.modeling import load_model
+    from parathink.modeling.factory import to_dtype
     from parathink.rewards import get_reward
 
     def whole():  # a frozen model every process holds all of: the reference, and the engine's copy under ZeRO-3
@@ -192,9 +198,15 @@ def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str,
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     reward_fn = get_reward(cfg.reward, **cfg.reward_params)
-    model, tokenizer = load_model(init_dir, dtype=dtype)  # under ZeRO-3 built partitioned
+    # Half-precision parameters without DeepSpeed (whose bf16 optimiser keeps its own) train against fp32 masters:
+    # loaded in fp32, so that a stage published in full precision continues unrounded (training.master_weights).
+    masters_here = plugin is None and str(dtype) in HALF_DTYPES
+    model, tokenizer = load_model(init_dir, dtype="float32" if masters_here else dtype)  # ZeRO-3: partitioned
+    masters = to_half_keeping_masters(model, to_dtype(dtype)) if masters_here else None
+    if cfg.gradient_checkpointing:
+        enable_checkpointing(model)
     problems = setup_problems(cfg, tokenizer, seed, stage)  # before any rollout: budget errors first
-    optimizer, scheduler = build_optimizer(model, cfg)
+    optimizer, scheduler = build_optimizer(model, cfg, masters)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
@@ -223,9 +235,13 @@ def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Prob
     return out
 
 
-def build_optimizer(model, cfg: RLConfig):
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                            betas=cfg.betas, weight_decay=cfg.weight_decay)
+def build_optimizer(model, cfg: RLConfig, masters: list[torch.Tensor] | None = None):
+    """AdamW and the warm-up schedule; with ``masters`` (fp32 values of the model's half-precision parameters)
+    AdamW steps on those and rounds into the model (``MasterAdamW``), so that an update below bf16's resolution is
+    kept."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    kwargs = {"lr": cfg.lr, "betas": cfg.betas, "weight_decay": cfg.weight_decay}
+    opt = MasterAdamW(params, masters, **kwargs) if masters is not None else torch.optim.AdamW(params, **kwargs)
     warm = max(0, cfg.warmup_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warm) if warm else 1.0)
     return opt, sched
@@ -236,8 +252,9 @@ def resume(run: Setup, work_dir: Path, metrics_path: Path, procs: distributed.Gr
     (0, 0) for a fresh start. Metrics logged after that checkpoint are dropped: those steps are redone, identically."""
     ckpt = rl_checkpoint.latest(work_dir)
     if ckpt is None:
-        if metrics_path.exists() and procs.is_main:
-            metrics_path.unlink()
+        if procs.is_main:
+            metrics_path.unlink(missing_ok=True)
+            _timings_path(metrics_path).unlink(missing_ok=True)
         return 0, 0
     state = rl_checkpoint.load(run.accelerator, ckpt)
     start = int(state["step"])
@@ -248,13 +265,17 @@ def resume(run: Setup, work_dir: Path, metrics_path: Path, procs: distributed.Gr
 
 
 def publish(run: Setup, out_dir: Path, metrics_path: Path) -> dict[str, float]:
-    """The trained policy and the step log into the stage's output (rank 0); the summary of the steps."""
+    """The trained policy, the step log and the steps' times into the stage's output (rank 0); the summary of the
+    steps."""
     from parathink.modeling import save_model
 
-    save_model(run.policy, run.tokenizer, out_dir / "model")  # whole on rank 0 under ZeRO-3 too (the synced copy)
+    # Whole on rank 0 under ZeRO-3 too (the synced copy); with masters, their fp32 values, not the rounded weights.
+    save_model(run.policy, run.tokenizer, out_dir / "model", state_dict=full_precision_state(run.model, run.optimizer))
     if metrics_path.exists():
         (out_dir / "metrics.jsonl").write_text(metrics_path.read_text(encoding="utf-8"), encoding="utf-8")
-    return summarise(_read_metrics(metrics_path))
+    timed = _read_metrics(_timings_path(metrics_path))
+    timings.write(out_dir, steps=timed)
+    return summarise(_read_metrics(metrics_path), timed=timed)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -359,12 +380,14 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
     # Entropy as the Monte-Carlo estimate -E[log pi(token)] over the sampled tokens (exact in expectation when
     # sampling at T=1, top_p=1): computing it from the logits under autograd doubled the update's time.
     entropy = neg_logp / max(1.0, kept_tokens)
-    batches = chunks(active, cfg.micro_batch_size)
+    batches = micro_batches(active, [len(r.sample.prompt_ids) + len(r.sample.response_ids) for r in rollouts],
+                            cfg.micro_batch_size, cfg.micro_batch_tokens)
     rollouts, (old, mask, adv, ref), batches = add_zero_weight_rows(
         rollouts, (old, mask, adv, ref), batches, group.passes(len(batches)), batch.all_rollouts)
     drift = float("nan")
     if cfg.old_logprobs == "recompute" and group.any(bool(active)):
-        drift = recompute_old_logprobs(engine, model, rollouts, batches, old, mask, active, group)
+        drift = recompute_old_logprobs(engine, model, rollouts, batches, old, mask, active, group,
+                                       cfg.logprob_chunk_tokens)
     model.train()
     totals = policy_passes(cfg, group, model, engine, optimizer, scheduler, rollouts, batches,
                            old=old, mask=mask, adv=adv, ref=ref, normaliser=normaliser)
@@ -390,7 +413,7 @@ def policy_passes(cfg: RLConfig, group: StepGroup, model, engine, optimizer, sch
         for k, index in enumerate(batches):
             part, samples = torch.tensor(index, device=device), [rollouts[i].sample for i in index]
             with group.micro_step(model, last=k == len(batches) - 1):
-                logp = policy_logprobs(engine, model, samples)  # [b, t]
+                logp = policy_logprobs(engine, model, samples, cfg.logprob_chunk_tokens)  # [b, t]
                 t = logp.shape[1]
                 loss, stats = grpo_loss(spec, logp, old[part, :t], adv[part], mask[part, :t], normaliser,
                                         None if ref is None else ref[part, :t])
@@ -423,12 +446,13 @@ def optimiser_step(cfg: RLConfig, group: StepGroup, model, optimizer, scheduler)
     return float(norm) if norm is not None else 0.0
 
 
-def policy_logprobs(engine, model, samples: list[Any]) -> torch.Tensor:
+def policy_logprobs(engine, model, samples: list[Any], chunk_tokens: int = 1024) -> torch.Tensor:
     """Per-token log-probs [B, T] of the samples' response tokens under ``model`` (zero-padded, with grad),
-    recomputed by the engine's own function under the layout each sample was generated with."""
+    recomputed by the engine's own function under the layout each sample was generated with, ``chunk_tokens``
+    response tokens of logits at a time."""
     from parathink.engine import recompute_logprobs
 
-    return recompute_logprobs(model, engine, samples, with_entropy=False)[0]
+    return recompute_logprobs(model, engine, samples, with_entropy=False, chunk_tokens=chunk_tokens)[0]
 
 
 @torch.no_grad()
@@ -444,13 +468,13 @@ def reference_logprobs(engine, ref_model, rollouts: list[Rollout], like: torch.T
 
 @torch.no_grad()
 def recompute_old_logprobs(engine, model, rollouts: list[Rollout], batches: list[list[int]], old: torch.Tensor,
-                           mask: torch.Tensor, active: list[int], group: StepGroup) -> float:
+                           mask: torch.Tensor, active: list[int], group: StepGroup, chunk_tokens: int = 1024) -> float:
     """Overwrite ``old`` [B, T] with the training forward's own log-probs, on the very micro-batches the update
     runs, so that the first pass starts at ratio 1 whatever precision the engine sampled in. Returns the mean gap
     to the engine's log-probs over the kept tokens (the training-inference mismatch)."""
     engine_old = old.clone()
     for index in batches:
-        logp = policy_logprobs(engine, model, [rollouts[i].sample for i in index])  # [b, t]
+        logp = policy_logprobs(engine, model, [rollouts[i].sample for i in index], chunk_tokens)  # [b, t]
         old[torch.tensor(index, device=old.device), :logp.shape[1]] = logp.float()
     kept = mask[active]
     gap, counted = group.sums(((old - engine_old)[active].abs() * kept).sum() if active else 0.0, kept.sum())
@@ -459,6 +483,19 @@ def recompute_old_logprobs(engine, model, rollouts: list[Rollout], batches: list
 
 def chunks(index: list[int], size: int) -> list[list[int]]:
     return [index[i:i + size] for i in range(0, len(index), size)]
+
+
+def micro_batches(index: list[int], lengths: list[int], size: int, tokens: int = 0) -> list[list[int]]:
+    """``index`` (rows in ascending length order) cut into micro-batches of at most ``size`` rows and, when
+    ``tokens`` > 0, at most ``tokens`` padded tokens (rows x the longest row's length); a row longer than
+    ``tokens`` goes alone. Sorted rows make the padding small and each batch's longest row its last."""
+    out: list[list[int]] = []
+    for i in index:
+        if out and len(out[-1]) < size and (not tokens or (len(out[-1]) + 1) * lengths[i] <= tokens):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
@@ -524,11 +561,23 @@ def probe_summary(start: list[dict], end: list[dict], reward_fn, grammar: str, s
 # the step log
 
 
+# A step's wall-clock figures: to the tracker with the rest, but kept out of metrics.jsonl (hashed with the output)
+# in a file of their own, published as the ``steps`` of ``_timings.json`` (parathink.stages.timings).
+STEP_TIMINGS = ("rollout_s", "update_s", "tokens_per_s")
+
+
+def _timings_path(metrics_path: Path) -> Path:
+    return metrics_path.with_name("timings.jsonl")
+
+
 def log_step(tracker, metrics_path: Path, record: dict, step: int) -> None:
-    """One step's metrics to the tracker and to the work dir's metrics.jsonl (what a resumed run keeps)."""
+    """One step's metrics to the tracker, and to the work dir's metrics.jsonl and timings.jsonl (what a resumed run
+    keeps): the same config and seed write the same metrics.jsonl, however long the steps took."""
     tracker.log_metrics(record, step=step)
-    with metrics_path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(_jsonable(record)) + "\n")
+    content, timed = timings.split(record, STEP_TIMINGS)
+    for path, row in ((metrics_path, content), (_timings_path(metrics_path), {"step": step, **timed})):
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(row)) + "\n")
 
 
 def _jsonable(record: dict) -> dict:
@@ -543,13 +592,16 @@ def _read_metrics(path: Path) -> list[dict]:
 
 
 def _truncate_metrics(path: Path, last_step: int) -> None:
-    """Drop lines logged after the checkpoint we resume from (the steps will be redone identically)."""
-    rows = [r for r in _read_metrics(path) if r["step"] <= last_step]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    """Drop lines logged after the checkpoint we resume from (the steps will be redone identically), in the step log
+    and in its times."""
+    for log_path in (path, _timings_path(path)):
+        rows = [r for r in _read_metrics(log_path) if r["step"] <= last_step]
+        log_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def summarise(rows: list[dict], window: int = 10) -> dict[str, float]:
-    """The stage's returned metrics: first and last ``window`` steps' reward and accuracy, totals."""
+def summarise(rows: list[dict], window: int = 10, timed: list[dict] = ()) -> dict[str, float]:
+    """The stage's returned metrics: first and last ``window`` steps' reward and accuracy, totals (``seconds`` from
+    the steps' times, ``timed``)."""
     def mean(key: str, part: list[dict]) -> float:
         vals = [r[key] for r in part if r.get(key) is not None]
         return float(sum(vals) / len(vals)) if vals else float("nan")
@@ -564,5 +616,5 @@ def summarise(rows: list[dict], window: int = 10) -> dict[str, float]:
         "parallel_rate_last": mean("parallel_rate", tail),
         "relative_position_last": mean("relative_position", tail),
         "skipped_nan_steps": float(sum(r.get("skipped_nan", 0) for r in rows)),
-        "seconds": float(sum(r["rollout_s"] + r["update_s"] for r in rows)),
+        "seconds": float(sum(r.get("rollout_s", 0.0) + r.get("update_s", 0.0) for r in timed)),
     }

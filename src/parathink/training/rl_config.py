@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from parathink.config_fields import at_least
+from parathink.config_fields import at_least, within
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import RLThresholds
 from parathink.training.optim_config import with_betas
@@ -82,6 +82,21 @@ class RLConfig:
     drop_invalid_format: bool = False  # PAPO / NPR: drop rollouts that break the format before the update
     updates_per_step: int = 1  # passes over a step's rollouts; > 1 makes later passes off-policy (clipping acts)
     micro_batch_size: int = 64  # rollouts per forward/backward; lowers memory, not the result
+    # Padded tokens (rows x longest row) per forward/backward at most, whatever micro_batch_size allows: long rollouts
+    # then go fewer to a micro-batch, short ones more; 0 = rows only. Lowers memory, not the result.
+    micro_batch_tokens: int = at_least(0, 0)
+
+    # --- memory (docs/gpu.md: the memory model `parathink plan` prints) ---
+    # Recompute each decoder layer in the backward instead of keeping its activations: ~1/3 more update compute for
+    # a tenth of its activation memory; the same gradients.
+    gradient_checkpointing: bool = False
+    # Response tokens per chunk of the lm_head projection and log-softmax in the update (no [B, T, V] tensor whole).
+    logprob_chunk_tokens: int = at_least(1, 1024)
+    # The engine's KV cache, in GiB per process; 0 = sized by the memory model on a GPU (what
+    # gpu_memory_utilization of the device leaves after weights, gradients, optimiser, update and workspace) and
+    # unbounded on a CPU (the worst case of the call, as before). Rows beyond it wait, or are preempted and recomputed.
+    kv_cache_gib: float = at_least(0, 0.0)
+    gpu_memory_utilization: float = within(0, 1, 0.9, open_low=True)  # of the device's memory, for everything
 
     # --- optimiser ---
     lr: float = 2e-5  # the tiny model's (higher collapsed it: docs/findings.md); the paper's 4B runs: 1e-6

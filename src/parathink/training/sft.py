@@ -289,7 +289,9 @@ def training_arguments(cfg: SFTConfig, out_dir, *, seed: int, progress: bool, wo
         bf16=cfg.precision == "bf16", fp16=False, logging_steps=1, logging_first_step=True,
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
         report_to=[], disable_tqdm=not progress, seed=seed, data_seed=seed, remove_unused_columns=False,
-        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), save_only_model=False, **extra)
+        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), save_only_model=False,
+        activation_checkpointing=cfg.gradient_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False} if cfg.gradient_checkpointing else None, **extra)
 
 
 def train_sft(model, tokenizer, train_set: list[dict], collator, cfg: SFTConfig, *, work_dir, tracker,
