@@ -76,9 +76,10 @@ class ScriptedLM(torch.nn.Module):
             next_token[path, pos] = token
         self.register_buffer("next_token", next_token, persistent=False)  # [paths + 1, positions]
         # The head's weight is each token's logit when scripted: a parameter, so the engine finds a device and a
-        # dtype and the training forward a graph.
-        self.lm_head = torch.nn.Linear(1, vocab_size, bias=False)
-        torch.nn.init.constant_(self.lm_head.weight, margin)
+        # dtype and the training forward a graph. Not named lm_head: code that finds one may take the model for a
+        # transformer whose hidden states it projects.
+        self.head = torch.nn.Linear(1, vocab_size, bias=False)
+        torch.nn.init.constant_(self.head.weight, margin)
 
     @classmethod
     def writing(cls, tokenizer, traces: Iterable[tuple[Sequence[int], Sequence[int]]], tags: TagIds | None = None,
@@ -87,7 +88,7 @@ class ScriptedLM(torch.nn.Module):
         return cls(len(tokenizer), tokenizer.eos_token_id, script(traces, tags), **kw)
 
     def get_output_embeddings(self) -> torch.nn.Linear:
-        return self.lm_head
+        return self.head
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
                 path_ids: torch.Tensor | None = None, **_) -> CausalLMOutputWithPast:
@@ -97,8 +98,8 @@ class ScriptedLM(torch.nn.Module):
         if path_ids is None:
             path_ids = torch.zeros_like(position_ids)
         chosen = self.next_token[path_ids.expand_as(position_ids), position_ids]  # [B, L]
-        one_hot = torch.nn.functional.one_hot(chosen, self.config.vocab_size).to(self.lm_head.weight.dtype)
-        return CausalLMOutputWithPast(logits=one_hot * self.lm_head.weight[:, 0])  # [B, L, V]
+        one_hot = torch.nn.functional.one_hot(chosen, self.config.vocab_size).to(self.head.weight.dtype)
+        return CausalLMOutputWithPast(logits=one_hot * self.head.weight[:, 0])  # [B, L, V]
 
 
 class Trace:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from scripted_lm import ScriptedLM, Trace
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
 from parathink.engine.toy import prompt_ids
 from parathink.formats import parse
+from parathink.formats.layouts import TagIds
 
 
 def _prompts(tok, grammar, n):
@@ -59,9 +61,13 @@ def test_fork_refused_without_budget(toy):
     assert all(s.num_blocks == 0 and opener not in s.response_ids for s in samples)
 
 
-def test_prefix_is_shared_not_recomputed(toy):
-    """Tokens through the model: each distinct prompt once, each response token at most once."""
-    model, tok = toy
+def test_prefix_is_shared_not_recomputed(toy, one_block):
+    """Tokens through the model: each distinct prompt once, each response token at most once (a scripted model that
+    forks once per sample, so the paths' shared prefix is what is counted)."""
+    _, tok = toy
+    prompts = _prompts(tok, "parallel_r1", 4)
+    trace = one_block
+    model = ScriptedLM.writing(tok, [(p, trace.ids) for p in prompts], TagIds.from_tokenizer(tok, "parallel_r1"))
     engine = Engine(model, tok, "parallel_r1", "structured")
     fed = []
     decode, prefill = engine.runner.decode, engine.runner.prefill
@@ -75,10 +81,10 @@ def test_prefix_is_shared_not_recomputed(toy):
         return prefill(tokens, positions, row0, cache, path_ids, last)
 
     engine.runner.decode, engine.runner.prefill = counting_decode, counting_prefill
-    prompts = _prompts(tok, "parallel_r1", 4)
     samples = engine.generate(prompts, SamplingConfig(max_new_tokens=80, seed=1, batch_size=64), num_samples=4)
-    assert sum(s.num_blocks for s in samples) > 0
-    assert sum(fed) <= sum(len(p) for p in prompts) + sum(len(s.response_ids) for s in samples)
+    assert all(s.response_ids == trace.ids and s.num_blocks == 1 for s in samples)
+    # Every response token but the last (EOS, which nothing reads) is fed once.
+    assert sum(fed) == sum(len(p) for p in prompts) + sum(len(s.response_ids) - 1 for s in samples)
 
 
 def test_seed_reproduces_and_greedy_is_top_p_limit(toy):
@@ -104,15 +110,20 @@ def test_repetition_penalty_inside_paths_keeps_raw_logprobs(toy):
 
 
 def test_texts_and_flat_prompt(toy):
-    model, tok = toy
+    """generate_texts gives num_samples texts per prompt; a flat list of ids is one prompt; a response that stops
+    ends with EOS in its ids, not in its text (a scripted model, so that every response stops)."""
+    _, tok = toy
+    prompts = _prompts(tok, "parallel_r1", 2)
+    body = Trace(tok).model(" so 5 answer 5")
+    model = ScriptedLM.writing(tok, [(p, body.ids + [tok.eos_token_id]) for p in prompts])
     engine = Engine(model, tok, "parallel_r1", "causal")
-    texts = engine.generate_texts(["P question 1:", "P question 2:"], SamplingConfig(max_new_tokens=30, seed=0), 3)
-    assert len(texts) == 2 and all(len(t) == 3 and all(isinstance(x, str) for x in t) for t in texts)
-    one = engine.generate(prompt_ids(tok, "parallel_r1", 1), SamplingConfig(max_new_tokens=10, seed=0), 2)
-    assert len(one) == 2 and all(s.prompt_ids == prompt_ids(tok, "parallel_r1", 1) for s in one)
-    stop = [s for s in engine.generate(_prompts(tok, "parallel_r1", 4), SamplingConfig(max_new_tokens=90, seed=0))
-            if s.finish_reason == "stop"]
-    assert stop and all(s.response_ids[-1] == tok.eos_token_id and tok.eos_token not in s.text for s in stop)
+    texts = engine.generate_texts(["P question 0:", "P question 1:"], SamplingConfig(max_new_tokens=30, seed=0), 3)
+    assert texts == [[tok.decode(body.ids)] * 3] * 2
+    one = engine.generate(prompts[1], SamplingConfig(max_new_tokens=10, seed=0), 2)
+    assert len(one) == 2 and all(s.prompt_ids == prompts[1] for s in one)
+    for s in one:
+        assert s.finish_reason == "stop" and s.response_ids == body.ids + [tok.eos_token_id]
+        assert tok.eos_token not in s.text
 
 
 def test_bad_input_is_refused_before_sampling(toy):

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from scripted_lm import ScriptedLM
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
 from parathink.engine.toy import prompt_ids
-from parathink.formats.layouts import build_layout
+from parathink.formats.layouts import TagIds, build_layout
 from parathink.modeling import install_path_vectors
 
 TOL = 1e-4
@@ -76,29 +77,34 @@ def test_parathinker_path_vectors(toy, backend, decode):
     assert _max_diff(model, engine, samples) <= TOL
 
 
-def test_structured_samples_follow_the_layout(toy):
-    """Forced tags carry loss-mask 0; paths restart at p+1; the closer sits at p + longest + 1."""
-    model, tok = toy
+def test_structured_samples_follow_the_layout(toy, one_block):
+    """Forced tags carry loss-mask 0; paths restart at p+1; the closer sits at p + longest + 1 (a scripted model
+    whose two paths differ in length, so that every sample forks and "longest" means something)."""
+    _, tok = toy
+    tags = TagIds.from_tokenizer(tok, "parallel_r1")
+    ids, trace = tags.ids, one_block
+    prompts = [prompt_ids(tok, "parallel_r1", i) for i in range(3)]
+    model = ScriptedLM.writing(tok, [(p, trace.ids) for p in prompts], tags)
     engine = Engine(model, tok, "parallel_r1", "structured")
-    ids = engine.tags.ids
-    forked = [s for s in _generate(engine, tok, "parallel_r1") if s.num_blocks]
-    assert forked
-    for s in forked:
-        resp = s.response_ids
-        forced = [t for t, m in zip(resp, s.loss_mask) if m == 0]
-        assert forced.count(ids["<Path>"]) >= 2 * s.num_blocks and forced.count(ids["</Parallel>"]) >= s.num_blocks
-        lay = engine.layout(s)
-        assert torch.equal(lay.attention_mask, build_layout(s.prompt_ids + resp, engine.tags).attention_mask)
-        n = len(s.prompt_ids)
-        opener = resp.index(ids["<Parallel>"])
-        p = int(lay.position_ids[n + opener])
-        starts = [i for i, t in enumerate(resp) if t == ids["<Path>"] and i > opener and s.loss_mask[i] == 0][:2]
-        assert [int(lay.position_ids[n + i]) for i in starts] == [p + 1, p + 1]
-        # The second path does not see the first; the token after the block sees both.
-        a, b = n + starts[0], n + starts[1]
-        assert not lay.attention_mask[b, a] and lay.attention_mask[b, n + opener]
-        close = next(i for i, t in enumerate(resp) if t == ids["</Parallel>"] and i > starts[1] and s.loss_mask[i] == 0)
-        assert lay.attention_mask[n + close, a] and lay.attention_mask[n + close, b]
+    samples = engine.generate(prompts, SamplingConfig(max_new_tokens=90, seed=0), num_samples=2)
+    assert all(s.response_ids == trace.ids and s.loss_mask == trace.mask and s.num_blocks == 1 for s in samples)
+    assert _max_diff(model, engine, samples) <= TOL
+    s = samples[0]
+    resp = s.response_ids
+    lay = engine.layout(s)
+    assert torch.equal(lay.attention_mask, build_layout(s.prompt_ids + resp, engine.tags).attention_mask)
+    n = len(s.prompt_ids)
+    opener = resp.index(ids["<Parallel>"])
+    p = int(lay.position_ids[n + opener])
+    starts = [i for i, t in enumerate(resp) if t == ids["<Path>"]]
+    close = resp.index(ids["</Parallel>"])
+    longest = max(starts[1] - starts[0], close - starts[1])
+    assert [int(lay.position_ids[n + i]) for i in starts] == [p + 1, p + 1]
+    assert int(lay.position_ids[n + close]) == p + longest + 1
+    # The second path does not see the first; the token after the block sees both.
+    a, b = n + starts[0], n + starts[1]
+    assert not lay.attention_mask[b, a] and lay.attention_mask[b, n + opener]
+    assert lay.attention_mask[n + close, a] and lay.attention_mask[n + close, b]
 
 
 def test_causal_layout_is_plain(toy):
