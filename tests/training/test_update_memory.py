@@ -103,3 +103,32 @@ def test_micro_batches_bound_rows_and_padded_tokens():
     assert by_tokens == [[0, 1, 2], [3, 4], [5], [6]]  # 3 x 20 = 60, 2 x 40 = 80; 300 > 100 goes alone
     assert sorted(i for b in by_tokens for i in b) == index
     assert all(len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 100 for b in by_tokens)
+
+
+def test_sft_chunked_loss_equals_the_models_own_loss(sampled, tmp_path):
+    """SFTTrainer's chunked loss against transformers' (whole logits), mean and accumulated normalisations."""
+    from transformers import Trainer, TrainingArguments
+
+    from parathink.training.sft import IGNORE, SFTTrainer
+
+    model, engine, samples = sampled
+    model = model.train()
+    seqs = [list(s.prompt_ids) + list(s.response_ids) for s in samples[:4]]
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), engine.pad, dtype=torch.long)
+    labels = torch.full((len(seqs), width), IGNORE, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, seq) in enumerate(zip(samples, seqs)):
+        ids[i, :len(seq)], attn[i, :len(seq)] = torch.tensor(seq), 1
+        labels[i, len(s.prompt_ids):len(seq)] = torch.tensor(s.response_ids)  # the response carries the loss
+    batch = {"input_ids": ids, "labels": labels, "attention_mask": attn}
+    trainer = SFTTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[]))
+    trainer.chunk_tokens = 5
+    for items in (None, torch.tensor(97)):
+        ours = trainer.compute_loss(model, dict(batch), num_items_in_batch=items)
+        g_ours = _grads(model, ours)
+        theirs = Trainer.compute_loss(trainer, model, dict(batch), num_items_in_batch=items)
+        g_theirs = _grads(model, theirs)
+        assert abs(ours.item() - theirs.item()) <= TOL, items
+        for name in g_theirs:
+            assert torch.allclose(g_ours[name], g_theirs[name], atol=TOL, rtol=1e-4), name

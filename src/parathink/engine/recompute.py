@@ -13,6 +13,7 @@ import torch
 
 from parathink.formats.layouts import build_batch_layout
 from parathink.modeling.attention import structured_inputs
+from parathink.modeling.chunked import final_hidden, projectable, token_logprobs
 
 CHUNK_TOKENS = 1024  # response tokens per lm_head chunk (see the module docstring)
 
@@ -23,8 +24,6 @@ def recompute_logprobs(model, engine, samples: Sequence, with_entropy: bool = Fa
     their entropies [B, T] when ``with_entropy``. Keeps the autograd graph (the RL update differentiates it)."""
     if not samples:
         raise ValueError("recompute_logprobs: no samples")
-    if chunk_tokens < 1:
-        raise ValueError(f"recompute_logprobs: chunk_tokens={chunk_tokens} must be >= 1")
     seqs = [list(s.prompt_ids) + list(s.response_ids) for s in samples]
     tags = engine.tags if engine.mode == "structured" else None
     layout = build_batch_layout(seqs, tags)
@@ -43,49 +42,17 @@ def recompute_logprobs(model, engine, samples: Sequence, with_entropy: bool = Fa
     source = torch.cat([torch.arange(len(s.response_ids)) + len(s.prompt_ids) - 1 for s in samples])
     targets = torch.cat([torch.as_tensor(list(s.response_ids), dtype=torch.long) for s in samples])
     rows, cols, source, targets = (t.to(device) for t in (rows, cols, source, targets))
-    if hasattr(inner, "lm_head") and hasattr(inner, "model"):
-        hidden = _final_hidden(model, inner, ids.to(device), inputs)  # [B, L, H]
+    if projectable(inner):
+        hidden = final_hidden(model, ids.to(device), inputs)  # [B, L, H]
         project = inner.lm_head
     else:
         hidden = model(input_ids=ids.to(device), **inputs).logits  # [B, L, V]: a model without an lm_head to chunk
         project = None
-    picked = hidden[rows, source]  # [N, H] (or [N, V])
-    pieces = [_chunk_logprobs(project, picked[i:i + chunk_tokens], targets[i:i + chunk_tokens], with_entropy)
-              for i in range(0, len(targets), chunk_tokens)]
+    logp, entropy = token_logprobs(project, hidden[rows, source], targets, chunk_tokens, with_entropy)  # [N]
     width = max(len(s.response_ids) for s in samples)
-    logp = _scatter(torch.cat([p[0] for p in pieces]), rows, cols, len(samples), width)  # [B, T]
-    entropy = _scatter(torch.cat([p[1] for p in pieces]), rows, cols, len(samples), width) if with_entropy else None
+    logp = _scatter(logp, rows, cols, len(samples), width)  # [B, T]
+    entropy = _scatter(entropy, rows, cols, len(samples), width) if with_entropy else None
     return logp, entropy
-
-
-def _final_hidden(model, inner, ids: torch.Tensor, inputs: dict) -> torch.Tensor:
-    """The decoder's last hidden states [B, L, H] from a forward through ``model`` (the wrapper, if any) that
-    projects one position only."""
-    seen: list[torch.Tensor] = []
-    hook = inner.model.register_forward_hook(lambda _m, _a, out: seen.append(out.last_hidden_state))
-    try:
-        model(input_ids=ids, logits_to_keep=1, **inputs)
-    finally:
-        hook.remove()
-    return seen[-1]
-
-
-def _chunk_logprobs(project, states: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
-    """(log-probs [n], entropies [n] or None) of ``targets`` from ``states`` [n, H] through ``project`` (or from
-    logits [n, V] when ``project`` is None); checkpointed under autograd so the chunk's logits are not kept."""
-    def fn(x: torch.Tensor):
-        logits = (project(x) if project is not None else x).float()  # [n, V]
-        logp_all = torch.log_softmax(logits, -1)
-        logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
-        if not with_entropy:
-            return logp, None
-        return logp, -(logp_all.exp() * logp_all).sum(-1)
-
-    if torch.is_grad_enabled() and states.requires_grad:
-        from torch.utils.checkpoint import checkpoint
-
-        return checkpoint(fn, states, use_reentrant=False)
-    return fn(states)
 
 
 def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, batch: int, width: int) -> torch.Tensor:

@@ -89,6 +89,8 @@ class SFTConfig:
     # Recompute each decoder layer in the backward instead of keeping its activations (docs/gpu.md): about 1/3 more
     # compute for a tenth of the activation memory; the same gradients.
     gradient_checkpointing: bool = False
+    # Label tokens per chunk of the lm_head projection and cross-entropy (no [B, L, V] logits tensor whole).
+    logit_chunk_tokens: int = at_least(1, 1024)
     num_threads: int = at_least(0, 0)  # torch threads; 0 keeps torch's default, 1 when other jobs share the cores
     deepspeed: str | None = None  # a DeepSpeed JSON (hydra_conf/deepspeed/zero2.json, zero3.json); null = none
     fsdp: str | None = None  # torch FSDP through accelerate, e.g. "full_shard auto_wrap"; null = none
