@@ -599,7 +599,7 @@ def _truncate_metrics(path: Path, last_step: int) -> None:
         log_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def summarise(rows: list[dict], window: int = 10, timed: list[dict] = ()) -> dict[str, float]:
+def summarise(rows: list[dict], window: int = 10, timed: list[dict] | None = None) -> dict[str, float]:
     """The stage's returned metrics: first and last ``window`` steps' reward and accuracy, totals (``seconds`` from
     the steps' times, ``timed``)."""
     def mean(key: str, part: list[dict]) -> float:
@@ -616,5 +616,5 @@ def summarise(rows: list[dict], window: int = 10, timed: list[dict] = ()) -> dic
         "parallel_rate_last": mean("parallel_rate", tail),
         "relative_position_last": mean("relative_position", tail),
         "skipped_nan_steps": float(sum(r.get("skipped_nan", 0) for r in rows)),
-        "seconds": float(sum(r.get("rollout_s", 0.0) + r.get("update_s", 0.0) for r in timed)),
+        "seconds": float(sum(r.get("rollout_s", 0.0) + r.get("update_s", 0.0) for r in timed or [])),
     }
