@@ -44,9 +44,9 @@ def test_local_profile_has_no_gpu_stage_and_overrides_apply_per_stage():
     ("cluster.volume={claim:runs,mount_path:relative}", "cluster.volume.mount_path: must be an absolute path"),
 ])
 def test_bad_profile_values_name_the_key(override, message):
-    cfg = compose(["experiment=parallel_r1_seen", override])
+    """Refused while composing (a choice or a count: parathink.config_schema) or by the plan (the rest)."""
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        cluster.plan(cfg, ["sft"])
+        cluster.plan(compose(["experiment=parallel_r1_seen", override]), ["sft"])
 
 
 def test_plan_prints_stages_and_placement_as_json(capsys):
@@ -132,5 +132,7 @@ def test_every_gpu_experiment_fits_the_gpu_profile_and_eight_gpus_share_the_opti
 
 def test_a_misspelt_profile_key_is_one_line_naming_it():
     """A key no profile has (here `sratch` for `scratch`) would be ignored and its default used in silence."""
+    with pytest.raises(ConfigError, match=r"^config: unknown config key 'cluster\.sratch' \(cluster takes: accelerator, "):
+        compose(["experiment=parallel_r1_seen", "+cluster.sratch=null"])
     with pytest.raises(ConfigError, match=r"^cluster\.sratch: not a cluster profile key \(known: accelerator, "):
-        cluster.placement(compose(["experiment=parallel_r1_seen", "+cluster.sratch=null"]), "sft")
+        cluster.placement({**compose(["experiment=parallel_r1_seen"]).cluster, "sratch": None}, "sft")

@@ -8,7 +8,10 @@ at another folder of the same shape.
 Each stage section with a typed config starts from that class (Hydra's structured configs as schema): its YAML
 names ``/schema/<name>`` first in its defaults list, the class holds every option's default and its
 documentation, and Hydra refuses a misspelt key or a value of the wrong type while composing. The schemas are
-registered when this module is imported, so that any Hydra compose of ``hydra_conf`` finds them.
+registered when this module is imported, so that any Hydra compose of ``hydra_conf`` finds them. Hydra lets
+``+key=value`` add a key anywhere and types no group without a schema, so :func:`compose` then checks the whole
+composition against ``parathink.config_schema`` (every section, every group: unknown keys, types, bounds), and
+either way the error is one line naming the full key.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ConfigTypeError, ValidationError
 
+from parathink.config_schema import check as check_schema
+from parathink.config_schema import unknown_key, writable, wrong_value
 from parathink.errors import ConfigError
 from parathink.quality.filter_config import FilterStageConfig
 from parathink.stages.eval_config import EvalConfig
@@ -41,17 +47,8 @@ def register_schemas() -> None:
     store = ConfigStore.instance()
     for name, cls in SCHEMAS.items():
         node = OmegaConf.structured(cls)
-        _writable(node)  # a frozen dataclass makes a read-only node; the YAML and the overrides must write to it
+        writable(node)  # a frozen dataclass makes a read-only node; the YAML and the overrides must write to it
         store.store(group="schema", name=name, node=node)
-
-
-def _writable(node) -> None:
-    OmegaConf.set_readonly(node, None)
-    if isinstance(node, DictConfig):
-        for key in node:
-            child = node._get_node(key)
-            if isinstance(child, DictConfig):
-                _writable(child)
 
 
 register_schemas()
@@ -81,14 +78,17 @@ def resolve_config_path(value: str) -> str:
 
 
 def _one_line(err: Exception) -> str:
-    """Hydra's composition errors span lines; the CLI prints one that names the key."""
+    """Hydra's composition errors span lines; the CLI prints one that names the key, in the words of
+    ``parathink.config_schema`` (the same line as for a key that ``+`` added)."""
     msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    cause = str(err.__cause__ or "")
-    key = cause.split("full_key:")[-1].split()[0] if "full_key:" in cause else ""
-    if "not in struct" in cause or (key and "Key " in cause and " not in " in cause):
-        return f"unknown config key {key!r} ({msg.rstrip('.')}; add a leading '+' only to add a new key)"
-    if key and ("could not be converted" in cause or "is not a" in cause):
-        return f"{key}: {cause.strip().splitlines()[0]}"
+    cause = err.__cause__
+    key = getattr(cause, "full_key", None)
+    if key and isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        return unknown_key(key)
+    if key and isinstance(cause, (ValidationError, ConfigTypeError)):
+        if msg.startswith("Error merging override ~"):
+            return f"{key}: a setting its section's schema declares cannot be removed ('~'); give it a value"
+        return wrong_value(key, getattr(cause, "value", None))
     return msg
 
 
@@ -106,4 +106,5 @@ def compose(overrides: list[str]) -> DictConfig:
             cfg = hydra_compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(f"config: {_one_line(err)}") from err
+    check_schema(cfg)  # what '+' added, what no YAML typed, bounds: one rule for every section (config_schema)
     return cfg

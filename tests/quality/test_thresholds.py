@@ -1,6 +1,7 @@
 """The gates' threshold schemas (parathink.quality.thresholds): one line naming the key, before any stage starts."""
 
 import pytest
+from omegaconf import OmegaConf
 
 from parathink.config import compose
 from parathink.errors import ConfigError
@@ -9,12 +10,28 @@ from parathink.quality.thresholds import RLThresholds, SFTThresholds, check_thre
 
 @pytest.mark.parametrize("overrides, message", [
     (["sft.gate.min_valid_rate=1.5"], "sft.gate.min_valid_rate: must be a number in [0, 1], got 1.5"),
-    (["sft.gate.max_accuracy_drop=null"], None),  # null switches that check off
-    (["+sft.gate.min_acuracy=0.5"], "sft.gate.min_acuracy: unknown threshold; known: enabled, full_schedule, "
-                                    "max_accuracy_drop, min_parallel_rate, min_valid_rate, probe"),
+    (["+sft.gate.min_acuracy=0.5"], "unknown config key 'sft.gate.min_acuracy' (sft.gate takes: enabled, "
+                                    "full_schedule, max_accuracy_drop, min_parallel_rate, min_valid_rate, probe)"),
+    (["rl_hard.gate.window=0"], "rl_hard.gate.window: must be an integer >= 1, got 0"),
+    (["rl_hard.gate.max_kl=-1"], "rl_hard.gate.max_kl: must be a number >= 0 or null, got -1.0"),
 ])
-def test_sft_thresholds(overrides, message):
-    cfg = compose(overrides)
+def test_a_built_in_stage_s_thresholds_fail_while_composing(overrides, message):
+    """Their schema is the stage's gate field (parathink.config_schema checks its bounds and keys too)."""
+    with pytest.raises(ConfigError) as e:
+        compose(overrides)
+    assert str(e.value) == f"config: {message}"
+
+
+@pytest.mark.parametrize("gate, message", [
+    ({"min_valid_rate": 1.5}, "sft.gate.min_valid_rate: must be a number in [0, 1], got 1.5"),
+    ({"max_accuracy_drop": None}, None),  # null switches that check off
+    ({"min_acuracy": 0.5}, "sft.gate.min_acuracy: unknown threshold; known: enabled, full_schedule, "
+                           "max_accuracy_drop, min_parallel_rate, min_valid_rate, probe"),
+])
+def test_sft_thresholds(gate, message):
+    """check_thresholds on a section no schema typed (a plug-in stage's gate is checked this way)."""
+    section = OmegaConf.to_container(compose([]).sft.gate, resolve=True)
+    cfg = OmegaConf.create({"sft": {"gate": {**section, **gate}}})
     if message is None:
         assert check_thresholds(cfg, "sft", SFTThresholds)["max_accuracy_drop"] is None
         return
@@ -23,18 +40,20 @@ def test_sft_thresholds(overrides, message):
     assert str(e.value) == message
 
 
-@pytest.mark.parametrize("override, message", [
-    ("rl_hard.gate.window=0", "rl_hard.gate.window: must be an integer >= 1, got 0"),
-    ("rl_hard.gate.max_kl=-1", "rl_hard.gate.max_kl: must be a number >= 0 or null, got -1.0"),
-    ("rl_hard.gate.min_probe_reward=-5", None),  # any number
+@pytest.mark.parametrize("gate, message", [
+    ({"window": 0}, "rl_hard.gate.window: must be an integer >= 1, got 0"),
+    ({"max_kl": -1}, "rl_hard.gate.max_kl: must be a number >= 0 or null, got -1"),
+    ({"min_probe_reward": -5}, None),  # any number
 ])
-def test_rl_thresholds(override, message):
-    cfg = compose([override])
+def test_rl_thresholds(gate, message):
+    section = OmegaConf.to_container(compose([]).rl_hard.gate, resolve=True)
+    cfg = OmegaConf.create({"rl_hard": {"gate": {**section, **gate}}})
     if message is None:
         check_thresholds(cfg, "rl_hard", RLThresholds)
         return
     with pytest.raises(ConfigError, match=f"^{message}$".replace("[", r"\[")):
         check_thresholds(cfg, "rl_hard", RLThresholds)
+    compose(["rl_hard.gate.min_probe_reward=-5"])  # composes too
 
 
 @pytest.mark.parametrize("override, key", [("teacher.gate.min_valid_rate=lots", "teacher.gate.min_valid_rate"),

@@ -9,10 +9,9 @@ from parathink.teacher.config import TeacherConfig
 
 @pytest.mark.parametrize("override, message", [
     ("teacher.slef.fork=start", "config: unknown config key 'teacher.slef'"),
-    ("teacher.self.num_paths=three", "config: teacher.self.num_paths: Value 'three' of type 'str' could not be "
-                                     "converted to Integer"),
-    ("teacher.openai.timeout_s=soon", "config: teacher.openai.timeout_s: Value 'soon'"),
-    ("teacher.vllm.engine_kwargs=4", "config: Error merging override teacher.vllm.engine_kwargs=4"),
+    ("teacher.self.num_paths=three", "config: teacher.self.num_paths: must be an integer >= 2, got 'three'"),
+    ("teacher.openai.timeout_s=soon", "config: teacher.openai.timeout_s: must be an integer >= 1, got 'soon'"),
+    ("teacher.vllm.engine_kwargs=4", "config: teacher.vllm.engine_kwargs: must be a mapping, got 4"),
 ])
 def test_a_misspelt_key_or_a_wrong_type_fails_while_composing(override, message):
     with pytest.raises(ConfigError) as e:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parathink.config_fields import at_least
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import FilterThresholds
 
@@ -21,8 +22,8 @@ from parathink.quality.thresholds import FilterThresholds
 class LengthBounds:
     """Response length bounds in characters; longer traces cost SFT memory and time."""
 
-    min_chars: int = 1
-    max_chars: int = 4000  # the tiny curriculum's traces are < 1,000 characters; R1-style traces need ~20,000
+    min_chars: int = at_least(0, 1)
+    max_chars: int = at_least(1, 4000)  # tiny curriculum's traces: < 1,000 characters; R1-style ones: ~20,000
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ sampled on every test set, k samples per problem, scored as mean@k and pass@k.
 Every option is declared here, with its default and what it does; the defaults are the tiny curriculum's (two
 synthetic sets of 200 problems, k=8). ``hydra_conf/stage/eval.yaml`` holds the gate thresholds, an experiment what
 it changes (``parallel_r1_seen``: the paper's benchmarks and budget). The class is the Hydra schema of that file
-(``parathink.config``), so a misspelt key or a value of the wrong type fails when the config is composed; ``check``
-then refuses a value that cannot work, naming ``eval.<key>``. No torch here.
+(``parathink.config``), so a misspelt key, a value of the wrong type or outside its field's bounds fails when the
+config is composed (``parathink.config_schema``); ``check`` then refuses what needs several keys, naming
+``eval.<key>``. No torch here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from parathink.config_fields import at_least, probability_mass
 from parathink.errors import ConfigError
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
 from parathink.quality.thresholds import EvalThresholds
@@ -26,9 +28,9 @@ MODELS = ("base", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
 
 @dataclass(frozen=True)
 class Sampling:
-    temperature: float = 1.0  # the paper samples at T=1.0 for mean@k / pass@k
-    top_p: float = 1.0
-    max_new_tokens: int = 320  # response budget, every path counted; 3 hard paths and a summary take up to ~290
+    temperature: float = at_least(0, 1.0)  # the paper samples at T=1.0 for mean@k / pass@k
+    top_p: float = probability_mass(1.0)
+    max_new_tokens: int = at_least(1, 320)  # response budget, every path counted; 3 hard paths and a summary: <= ~290
 
 
 def _tiny_sets() -> dict[str, Any]:
@@ -47,8 +49,8 @@ class EvalConfig:
     # Also score structured-mode models at each of these paths per block, as rows `<set>@N` (ParaThinker's table:
     # accuracy and wall time per sample against the number of paths; N = num_paths reuses the set's own row).
     path_counts: list[int] = field(default_factory=list)
-    batch_size: int = 512  # rows the engine decodes together: faster until memory runs out
-    batch_problems: int = 64  # problems handed to the sampler per call (progress granularity vs batching)
+    batch_size: int = at_least(1, 512)  # rows the engine decodes together: faster until memory runs out
+    batch_problems: int = at_least(1, 64)  # problems handed to the sampler per call (progress granularity vs batching)
     sampling: Sampling = field(default_factory=Sampling)
     # A benchmark file the experiment's sets point at (``uri: ${eval.benchmarks}``; parallel_r1_seen); null = none.
     benchmarks: str | None = None
@@ -79,10 +81,6 @@ class EvalConfig:
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARATHINKER_PATHS:
                 raise ConfigError(f"eval.num_paths / eval.path_counts: {n!r} is not a path count in "
                                   f"1..{MAX_PARATHINKER_PATHS}")
-        if self.sampling.temperature < 0 or not 0 < self.sampling.top_p <= 1:
-            raise ConfigError("eval.sampling: temperature must be >= 0 and top_p in (0, 1]")
-        if self.sampling.max_new_tokens < 1:
-            raise ConfigError("eval.sampling.max_new_tokens: must be >= 1")
 
     def _check_sets(self) -> None:
         active = {name: spec for name, spec in self.sets.items() if spec is not None}

@@ -34,7 +34,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from parathink import distributed, memory, provenance, storage
+from parathink import cluster, distributed, memory, provenance, storage
 from parathink.config import compose
 from parathink.errors import ConfigError
 from parathink.evaluation import results as results_file
@@ -116,6 +116,7 @@ def validate(cfg: DictConfig, names: list[str]) -> dict[str, StageSpec]:
     for name in names:
         if name not in cfg or not isinstance(cfg[name], DictConfig):
             raise ConfigError(f"stages: unknown stage {name!r} (no config section {name!r})")
+        cluster.placement(cfg, name)  # the profile's values (quantities, counts), wherever the stage runs
         stages[name] = stage_module(cfg, name)
         if stages[name].validate:
             stages[name].validate(cfg)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from parathink.config_fields import at_least, probability_mass
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import TeacherThresholds
 
@@ -26,8 +27,8 @@ class ScriptedConfig:
     # Strategies in order of preference, the first num_paths that apply make the paths. `regroup` (signed sums) is a
     # skill the tiny base lacks: docs/calibration.md shows such paths cost accuracy after SFT.
     strategies: list[str] = field(default_factory=lambda: ["left_to_right", "backwards", "regroup"])
-    num_paths: int = 2  # paths per block (Parallel-R1's public code uses 2)
-    prefix_steps: int = 0  # steps solved sequentially before the block; 0 = the whole solution in parallel
+    num_paths: int = at_least(2, 2)  # paths per block (Parallel-R1's public code uses 2)
+    prefix_steps: int = at_least(0, 0)  # steps solved sequentially before the block; 0 = the whole solution in parallel
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,11 @@ class SelfConfig:
 
     model: str | None = None  # null = the base stage's model/; or builtin:tiny_base, a local dir, s3://, .gguf
     generator: str = "engine"  # engine (parathink.engine, KV-cache decode; 1.4x transformers here) | hf (generate)
-    num_paths: int = 3  # samples per problem (the most paths a block gets); more: a surer vote, longer traces
+    num_paths: int = at_least(2, 3)  # samples per problem (a block's most paths); more: a surer vote, longer traces
     # all | decided (the fewest samples, from min_paths, whose vote is decided: NPR's plans) | random (uniform in
     # min_paths..num_paths: ParaThinker's 2-4 paths)
     path_count: str = "all"
-    min_paths: int = 2
+    min_paths: int = at_least(1, 2)
     # start: the block opens the response | agreed: the lines every sample shares come first, sequentially, and the
     # block opens where they differ (Parallel-R1's relative position then means something; not for parathinker,
     # whose block opens the response)
@@ -48,13 +49,13 @@ class SelfConfig:
     # vote ("Most give V.") | listed ("Paths give A, B, C." in path order, then the vote); under the structured
     # layout paths have no order, so a listed summary cannot be learnt
     summary: str = "vote"
-    temperature: float = 1.0  # diversity between paths vs each path's accuracy
-    top_p: float = 1.0
-    max_new_tokens: int = 96  # a hard worked solution is ~60 tokens for the tiny tokenizer
-    batch_size: int = 192  # sequences per generate call: speed vs memory
-    chunk: int = 256  # problems per store flush: a kill loses at most this much work
+    temperature: float = at_least(0, 1.0)  # diversity between paths vs each path's accuracy
+    top_p: float = probability_mass(1.0)
+    max_new_tokens: int = at_least(1, 96)  # a hard worked solution is ~60 tokens for the tiny tokenizer
+    batch_size: int = at_least(1, 192)  # sequences per generate call: speed vs memory
+    chunk: int = at_least(1, 256)  # problems per store flush: a kill loses at most this much work
     ban_tags: bool = True  # tags never sampled inside a path (a sequential solution has none; off-policy is fine)
-    num_threads: int | None = 1  # torch threads; 1 avoids thread thrash on a shared 2-core CPU; null = torch default
+    num_threads: int | None = at_least(1, 1)  # torch threads; 1: no thrash on a shared 2-core CPU; null = torch's
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,11 @@ class HFConfig:
     """A transformers model asked zero-shot (``data/prompts/teacher_<grammar>.txt``; ``parathink.teacher.hf``)."""
 
     model: str | None = None  # load_model source (required for this backend)
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 1024
-    batch_size: int = 8
-    num_threads: int | None = None  # torch threads; null = torch default
+    temperature: float = at_least(0, 0.7)
+    top_p: float = probability_mass(1.0)
+    max_new_tokens: int = at_least(1, 1024)
+    batch_size: int = at_least(1, 8)
+    num_threads: int | None = at_least(1, None)  # torch threads; null = torch default
 
 
 @dataclass(frozen=True)
@@ -79,15 +80,15 @@ class OpenAIEndpointConfig:
     model: str | None = None  # the served model name (required for this backend)
     api: str = "chat"  # chat (/chat/completions, chat template applied by the server) | completions
     api_key_env: str | None = "OPENAI_API_KEY"  # the key is read from this variable, never from a config file
-    concurrency: int = 8  # requests in flight: throughput vs server load
+    concurrency: int = at_least(1, 8)  # requests in flight: throughput vs server load
     # Per request, in whole seconds: an int, as the YAML always wrote it, so that runs made before this schema keep
     # their config hash (a float would record 120.0 and regenerate their traces).
-    timeout_s: int = 120
-    max_retries: int = 4  # per request, on connection errors, timeouts, 429 and 5xx
-    backoff_s: float = 1.0  # first retry delay; doubles each retry
-    max_tokens: int = 2048
-    temperature: float = 0.7
-    top_p: float = 1.0
+    timeout_s: int = at_least(1, 120)
+    max_retries: int = at_least(0, 4)  # per request, on connection errors, timeouts, 429 and 5xx
+    backoff_s: float = at_least(0, 1.0)  # first retry delay; doubles each retry
+    max_tokens: int = at_least(1, 2048)
+    temperature: float = at_least(0, 0.7)
+    top_p: float = probability_mass(1.0)
     extra_body: dict[str, Any] = field(default_factory=dict)  # server-specific request fields, e.g. {top_k: 20}
 
 
@@ -96,9 +97,9 @@ class VLLMConfig:
     """vLLM's offline engine, in vLLM's own venv (``parathink.teacher.vllm_offline``; GPU nodes)."""
 
     model: str | None = None  # hub id or local dir (required for this backend)
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = 4096
+    temperature: float = at_least(0, 0.7)
+    top_p: float = probability_mass(1.0)
+    max_tokens: int = at_least(1, 4096)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM (tensor_parallel_size, ...)
 
 
@@ -109,7 +110,7 @@ class TeacherConfig:
     # scripted writes parallel_r1 only, self all three; the zero-shot prompt is teacher_<grammar>.txt
     grammar: str = "${format}"
     problems: Any = "${data.cold_start}"  # problem sets (parathink.data.sources specs)
-    limit: int | None = None  # first N problems only (smoke runs); null = all
+    limit: int | None = at_least(1, None)  # first N problems only (smoke runs); null = all
     scripted: ScriptedConfig = field(default_factory=ScriptedConfig)
     self: SelfConfig = field(default_factory=SelfConfig)
     hf: HFConfig = field(default_factory=HFConfig)

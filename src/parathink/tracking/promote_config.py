@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from parathink.config_fields import at_least
 from parathink.errors import ConfigError
 
 
@@ -25,11 +26,11 @@ class PromoteConfig:
     # the scores stored on the two versions (each from its own run's sampling), as `parathink promote` does.
     paired: bool = True
     metrics: list = field(default_factory=list)  # more <set>.<key> the candidate must also win on
-    ses: float = 2.0  # standard errors of the paired difference the gain must clear beyond the margin
+    ses: float = at_least(0, 2.0)  # standard errors of the paired difference the gain must clear beyond the margin
     # <key> -> the largest fall allowed (paired mean, on every set compared): the parallel format must not decay.
     guards: dict = field(default_factory=lambda: {"parallel_rate": 0.05, "valid_rate": 0.05})
-    problems: int = 100  # problems per set sampled for the comparison (the first of the set's eval problems)
-    k: int = 4  # samples per problem for each model
+    problems: int = at_least(2, 100)  # problems per set sampled for the comparison (the set's first eval problems)
+    k: int = at_least(1, 4)  # samples per problem for each model
 
     @classmethod
     def of(cls, cfg) -> PromoteConfig:
@@ -77,3 +78,11 @@ class PromoteConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < (2 if key == "problems" else 1):
                 raise ConfigError(f"tracking.promote.{key}: must be an integer >= {2 if key == 'problems' else 1}"
                                   f" (a paired standard error needs two problems), got {value!r}")
+
+
+@dataclass(frozen=True)
+class PromoteStageConfig:
+    """The ``promote`` stage's own section (``hydra_conf/stage/promote.yaml``); the rule it applies is
+    ``tracking.promote`` (``PromoteConfig``), shared with ``parathink promote``."""
+
+    enabled: bool = True  # false: `parathink run` leaves the stage out

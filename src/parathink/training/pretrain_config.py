@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from parathink.config_fields import above, at_least, fraction
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import BaseThresholds
 from parathink.training.optim_config import with_betas
@@ -37,21 +38,21 @@ class BaseConfig:
     pack_len: int = 200  # > 0: pack each batch into rows of this many tokens (block-diagonal mask); 0: pad
     lr: float = 2.0e-3  # high for a 1M model; twice that diverged
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW moments
-    weight_decay: float = 0.01
-    warmup_steps: int = 30
-    min_lr_ratio: float = 0.05  # cosine floor as a fraction of lr
-    grad_clip: float = 1.0  # max global gradient norm
+    weight_decay: float = at_least(0, 0.01)
+    warmup_steps: int = at_least(0, 30)
+    min_lr_ratio: float = fraction(0.05)  # cosine floor as a fraction of lr
+    grad_clip: float = above(0, 1.0)  # max global gradient norm
     max_steps: int = 1600  # the cosine horizon; the run also stops at max_minutes or the target
     max_minutes: float = 6.3  # wall-clock budget (the stage must stay under 7 minutes)
 
     # --- validation, stopping, bookkeeping ---
-    target_greedy_easy: float = 0.98  # stop early once greedy accuracy on eval_n easy validation problems reaches it
+    target_greedy_easy: float = fraction(0.98)  # stop once greedy accuracy on eval_n easy validation problems is this
     eval_every: int = 300  # steps between validation checks (each costs a greedy pass over eval_n problems)
     eval_n: int = 256  # validation problems (easy, test split, another seed than eval's)
-    checkpoint_every: int = 100  # steps between resume checkpoints in the work dir
-    max_new_tokens: int = 96  # greedy decoding budget; the longest worked solution is ~70 tokens
-    report_n: int = 400  # greedy easy/hard problems scored at the end for the stage's metrics (0: skip)
-    num_threads: int = 0  # torch threads; 0 keeps torch's default, 1 is faster when other jobs share the cores
+    checkpoint_every: int = at_least(1, 100)  # steps between resume checkpoints in the work dir
+    max_new_tokens: int = at_least(1, 96)  # greedy decoding budget; the longest worked solution is ~70 tokens
+    report_n: int = at_least(0, 400)  # greedy easy/hard problems scored at the end for the stage's metrics (0: skip)
+    num_threads: int = at_least(0, 0)  # torch threads; 0 keeps torch's default, 1 is faster when jobs share the cores
     # The stage's quality gate on model/ (parathink.quality.model_gates.base_gate, docs/gates.md); its thresholds
     # are in base.yaml. Not part of the config hash.
     gate: BaseThresholds = field(default_factory=BaseThresholds)  # a wrong type or key fails at compose
