@@ -108,6 +108,7 @@ def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine") -> dic
     from omegaconf import OmegaConf
 
     from parathink.modeling import load_tokenizer
+    from parathink.stages import timings
     from parathink.stages.context import StageContext
     from parathink.training.rl import RLConfig, setup_problems, train
 
@@ -124,11 +125,12 @@ def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine") -> dic
     ctx = StageContext.standalone("bench_rl", work / f"ours_{old_logprobs}")
     train(cfg, ctx, ckpt, stage="bench", grammar="parallel_r1", model_cfg=OmegaConf.create({"dtype": "float32"}))
     rows = [json.loads(line) for line in (ctx.out_dir / "metrics.jsonl").read_text().splitlines()][1:]
-    per_step = [r["rollout_s"] + r["update_s"] for r in rows]
+    timed = timings.read(ctx.out_dir)["steps"][1:]  # the steps' times: published beside metrics.jsonl
+    per_step = [r["rollout_s"] + r["update_s"] for r in timed]
     return {"s_per_step": statistics.median(per_step), "steps": per_step,
             "mean_length": [r["response_length"] for r in rows],
-            "rollout_s": statistics.median(r["rollout_s"] for r in rows),
-            "update_s": statistics.median(r["update_s"] for r in rows)}
+            "rollout_s": statistics.median(r["rollout_s"] for r in timed),
+            "update_s": statistics.median(r["update_s"] for r in timed)}
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import torch
 from rl_helpers import KillAt, assert_trained, rl_cfg, sampled_batch, step_rows, train_standalone
 
 from parathink.errors import ConfigError
+from parathink.stages import timings
 from parathink.training.rl import TrainingDiverged
 
 pytestmark = pytest.mark.usefixtures("rl_test_setup")
@@ -30,8 +31,11 @@ def test_policy_gradient_raises_the_reward(tiny_checkpoint, tmp_path):
     last = sum(r["reward_mean"] for r in rows[-3:]) / 3
     assert last > 2 * first > 0, (first, last)  # measured: 0.036 -> 0.20
     for key in ("reward_mean", "reward_std", "accuracy", "parallel_rate", "blocks_per_trace", "response_length",
-                "entropy", "clip_frac", "rollout_s", "update_s", "tokens_per_s", "loss", "grad_norm"):
+                "entropy", "clip_frac", "loss", "grad_norm"):
         assert all(math.isfinite(r[key]) for r in rows), key
+    timed = timings.read(ctx.out_dir)["steps"]  # the steps' times: beside the output, outside its hash
+    assert [t["step"] for t in timed] == list(range(1, 13)) and not any("rollout_s" in r for r in rows)
+    assert all(math.isfinite(t[key]) for t in timed for key in ("rollout_s", "update_s", "tokens_per_s"))
     assert "relative_position" in rows[0] and "kl" in rows[0]
     assert (ctx.out_dir / "model" / "config.json").exists()
     assert summary["steps"] == 12 and summary["reward_last"] > summary["reward_first"]
@@ -63,6 +67,10 @@ def test_resume_after_a_kill_is_exact(tiny_checkpoint, tmp_path, overrides):
     ra, rb = step_rows(straight), step_rows(resumed)
     assert [r["step"] for r in rb] == [1, 2, 3, 4] and all(r["rollouts_trained"] > 0 for r in ra)
     assert [r["reward_mean"] for r in ra] == [r["reward_mean"] for r in rb]
+    # No times in the step log: the resumed run's is the straight run's, byte for byte (issue 43), and its times
+    # hold each step once (those logged after the checkpoint were dropped with the steps).
+    assert (straight.out_dir / "metrics.jsonl").read_bytes() == (resumed.out_dir / "metrics.jsonl").read_bytes()
+    assert [t["step"] for t in timings.read(resumed.out_dir)["steps"]] == [1, 2, 3, 4]
 
 
 def test_nan_rewards_skip_steps_then_stop(tiny_checkpoint, tmp_path):
