@@ -81,6 +81,9 @@ class Placement:
     # The stage's local files (the model hub's downloads: HF_HOME lies under it) on a volume of their own, made and
     # deleted with the pod, not on the node's disk: {"mount_path", "size", "storage_class" (None: the default)}.
     scratch: dict[str, Any] | None = None
+    # A GPU stage's memory on one GPU (parathink.memory_model, docs/gpu.md): {estimate_gib, capacity_gib, parts:
+    # {weights, grads, optimizer, activations, logits, kv_cache, workspace}, note}; None on a CPU or with no shape.
+    device_memory: dict[str, Any] | None = None
     procs_per_node: int = field(init=False)
 
     def __post_init__(self):
@@ -309,8 +312,26 @@ def plan(cfg, stages: list[str]) -> dict[str, Placement]:
     placements = {stage: placement(p, stage) for stage in stages}
     model = cfg.get("model") if hasattr(cfg, "get") and "cluster" in cfg else None
     if model is not None:
-        check_memory(model, p.get("gpu_memory"), placements)
+        placements = {stage: _with_device_memory(cfg, pl, p.get("gpu_memory")) for stage, pl in placements.items()}
+        check_memory(model, p.get("gpu_memory"), {s: pl for s, pl in placements.items() if pl.device_memory is None})
     return placements
+
+
+def _with_device_memory(cfg, p: Placement, gpu_memory: Any) -> Placement:
+    """``p`` with its GPU memory estimate (refused, ConfigError, when it exceeds the GPU); as it is for a CPU stage,
+    a stage that holds no model, or a model config without its shape."""
+    if not p.gpu or not gpu_memory:
+        return p
+    from dataclasses import replace
+
+    from parathink import memory_model
+
+    capacity = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory"))
+    budget = memory_model.stage_budget(cfg, p.stage, p.gpus_per_node * p.nodes, capacity)
+    if budget is None:
+        return p
+    memory_model.check(p.stage, budget)
+    return replace(p, device_memory=budget.to_dict())
 
 
 # Stages that load the run's model (filter and promote do not); of those, the ones that train it.

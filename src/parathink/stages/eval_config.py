@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parathink.config_fields import at_least, probability_mass
+from parathink.config_fields import at_least, probability_mass, within
 from parathink.errors import ConfigError
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
 from parathink.quality.thresholds import EvalThresholds
@@ -49,7 +49,11 @@ class EvalConfig:
     # Also score structured-mode models at each of these paths per block, as rows `<set>@N` (ParaThinker's table:
     # accuracy and wall time per sample against the number of paths; N = num_paths reuses the set's own row).
     path_counts: list[int] = field(default_factory=list)
-    batch_size: int = at_least(1, 512)  # rows the engine decodes together: faster until memory runs out
+    batch_size: int = at_least(1, 512)  # rows the engine decodes at most: faster until the KV cache budget is full
+    # The engine's KV cache in GiB; 0 = on a GPU what gpu_memory_utilization of it leaves after the weights and the
+    # decode step (docs/gpu.md), on a CPU the call's worst case. Rows beyond it wait or are preempted and recomputed.
+    kv_cache_gib: float = at_least(0, 0.0)
+    gpu_memory_utilization: float = within(0, 1, 0.9, open_low=True)
     batch_problems: int = at_least(1, 64)  # problems handed to the sampler per call (progress granularity vs batching)
     sampling: Sampling = field(default_factory=Sampling)
     # A benchmark file the experiment's sets point at (``uri: ${eval.benchmarks}``; parallel_r1_seen); null = none.

@@ -1,0 +1,285 @@
+"""How much device memory a stage needs on one GPU: the estimate ``parathink plan`` prints and enforces.
+
+Pure arithmetic from the model's shape and the stage's settings (no torch: the orchestrator image plans without it).
+Every part is a count of real tensors, not a fitted constant; docs/gpu.md derives each and compares the estimate
+with peaks measured on CPU (``benchmarks/memory_check.py``).
+
+Parts, in bytes per GPU (P parameters, N = GPUs the stage runs on, ZeRO stage z, w = bytes of the compute dtype):
+
+- **weights**: ``P x w`` (ZeRO-3: ``/ N``, plus the whole copy an RL engine samples with).
+- **grads**: ``P x w`` as the backward accumulates them; ZeRO-2/3 reduce them into fp32 partitions, ``4P / N``.
+- **optimizer**: Adam's two fp32 moments ``8P`` and, when the parameters are half precision, their fp32 masters
+  ``4P`` (``training.master_weights``, or DeepSpeed's bf16 optimiser), ``/ N`` under ZeRO >= 1; plus the step's
+  transient: the masters' fp32 gradient (``MasterAdamW``) and foreach AdamW's ``sqrt(v)``, ``4P`` each, per shard.
+- **activations**: what one micro-batch's backward keeps, per token and layer (``layer_activation_bytes``), times
+  the micro-batch's padded tokens; with checkpointing, each layer's input plus one layer recomputed. Plus the
+  structured 4-D mask (``B x L^2 x w``) and the final hidden states.
+- **logits**: one chunk of the lm_head projection and its log-softmax, forward and backward
+  (``chunk x V x (16 + 2w)``): the update never holds [B, T, V] whole (``parathink.modeling.chunked``).
+- **kv_cache**: the engine's budget. ``kv_cache_gib`` when set; else what ``gpu_memory_utilization`` of the GPU
+  leaves after every other part (as vLLM sizes its cache). It must hold one whole rollout (``token_budget`` tokens,
+  every path counted), or the stage cannot sample at all.
+- **workspace**: the CUDA context, cuBLAS/NCCL workspaces and the allocator's fragmentation: 1.5 GiB, plus the
+  engine's decode step (one layer's activations for the rows in flight).
+
+A training stage's phases do not overlap: the rollout's KV cache is freed before the update's activations exist
+(the caching allocator reuses the blocks), so ``estimate = weights + grads + optimizer + workspace +
+max(kv_cache, activations + logits)``; the parts are all printed. A stage is refused when its estimate exceeds the
+GPU, naming the largest part.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parathink.engine.kv_budget import dtype_bytes, kv_bytes_per_token
+from parathink.errors import ConfigError
+
+GIB = 2**30
+WORKSPACE = int(1.5 * GIB)  # CUDA context (~0.5 GiB), cuBLAS + NCCL workspaces, allocator fragmentation
+TRAIN_RL = ("rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
+PARTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache", "workspace")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A decoder's shape (Qwen3's field names)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool = True
+
+    @classmethod
+    def from_cfg(cls, node: Mapping[str, Any], where: str = "model.config") -> Arch:
+        keys = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+                "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "intermediate_size": "intermediate",
+                "vocab_size": "vocab"}
+        values: dict[str, Any] = {}
+        for key, name in keys.items():
+            if key == "head_dim" and key not in node:
+                values[name] = int(node["hidden_size"]) // int(node["num_attention_heads"])
+                continue
+            if key not in node:
+                raise ConfigError(f"{where}.{key}: missing (the memory model needs the model's shape)")
+            values[name] = int(node[key])
+            if values[name] < 1:
+                raise ConfigError(f"{where}.{key}={node[key]!r}: must be >= 1")
+        return cls(**values, tied=bool(node.get("tie_word_embeddings", True)))
+
+    @property
+    def q(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def params(self) -> int:
+        h = self.hidden
+        layer = h * self.q + 2 * h * self.kv + self.q * h + 3 * h * self.intermediate + 2 * h + 2 * self.head_dim
+        return self.layers * layer + self.vocab * h * (1 if self.tied else 2) + h
+
+
+def layer_activation_bytes(arch: Arch, w: int) -> int:
+    """Bytes one token keeps for one decoder layer's backward, Qwen3 under autograd in one dtype (``w`` bytes).
+
+    RMSNorm keeps its fp32 input and its normalised output (``4h + w h``; q_norm and k_norm the same per head);
+    rotary keeps ``rotate_half(q)`` and of k; attention (SDPA, GQA expanded by ``repeat_kv``) keeps q, k, v and its
+    output (``4 w q``), o_proj its reshaped input (``w q``); the SwiGLU MLP keeps gate, silu(gate), up and their
+    product (``4 w I``).
+    """
+    h, q, kv, inner = arch.hidden, arch.q, arch.kv, arch.intermediate
+    norms = 2 * (4 * h + w * h) + (4 * q + w * q) + (4 * kv + w * kv)
+    rotary = w * (q + kv)
+    attention = 4 * w * q + w * q
+    mlp = 4 * w * inner
+    return norms + rotary + attention + mlp
+
+
+def training_activations(arch: Arch, w: int, rows: int, length: int, checkpointing: bool,
+                         structured: bool) -> int:
+    """One micro-batch's backward: ``rows`` sequences padded to ``length`` tokens."""
+    tokens = rows * length
+    per_layer = layer_activation_bytes(arch, w)
+    if checkpointing:
+        kept = arch.layers * arch.hidden * w + per_layer  # each layer's input, one layer recomputed at a time
+    else:
+        kept = arch.layers * per_layer
+    kept += 2 * arch.hidden * w + arch.hidden * 4  # the final norm's input and output, the final hidden states
+    mask = rows * length * length * w if structured else 0  # the 4-D additive mask, shared by every layer
+    return tokens * kept + mask
+
+
+def logits_bytes(arch: Arch, w: int, chunk_tokens: int) -> int:
+    """One chunk of the projection: logits (w), fp32 logits and log-softmax, their gradients, in the backward."""
+    return chunk_tokens * arch.vocab * (16 + 2 * w)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One GPU's memory for one stage: parts, their total and what the GPU has."""
+
+    parts: dict[str, int]
+    estimate: int
+    capacity: int
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimate_gib": round(self.estimate / GIB, 2), "capacity_gib": round(self.capacity / GIB, 2),
+                "parts": {k: round(v / GIB, 2) for k, v in self.parts.items()}, "note": self.note}
+
+    def largest(self) -> str:
+        return max(self.parts, key=self.parts.get)
+
+
+def states(params: int, w: int, gpus: int, zero: int, trains: bool, whole_copy: bool = False) -> dict[str, int]:
+    """weights, grads and optimizer bytes per GPU (see the module docstring)."""
+    weights = params * w // (gpus if zero == 3 else 1) + (params * w if whole_copy else 0)
+    if not trains:
+        return {"weights": weights, "grads": 0, "optimizer": 0}
+    shard = gpus if zero >= 1 else 1
+    grads = params * 4 // gpus if zero >= 2 else params * w
+    masters = 4 * params if w < 4 else 0
+    # the step's transients: sqrt(v); MasterAdamW's fp32 gradient (ZeRO-2/3 reduce into fp32 partitions: in grads)
+    step_temp = 4 * params + (4 * params if w < 4 and zero < 2 else 0)
+    return {"weights": weights, "grads": grads, "optimizer": (8 * params + masters + step_temp) // shard}
+
+
+def total(parts: Mapping[str, int]) -> int:
+    """weights + grads + optimizer + workspace + max(kv_cache, activations + logits): the phases do not overlap."""
+    fixed = parts["weights"] + parts["grads"] + parts["optimizer"] + parts["workspace"]
+    return fixed + max(parts["kv_cache"], parts["activations"] + parts["logits"])
+
+
+def decode_workspace(arch: Arch, w: int, rows: int) -> int:
+    """The engine's decode step: one layer's activations and the rows' fp32 logits (twice: shaped and sampled)."""
+    return rows * (layer_activation_bytes(arch, w) + 2 * 4 * arch.vocab)
+
+
+def _zero(path: Any) -> int:
+    if not path:
+        return 0
+    from parathink.config import resolve_config_path
+
+    try:
+        ds = json.loads(Path(resolve_config_path(str(path))).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return 0  # the stage's own validation names an unreadable file
+    return int((ds.get("zero_optimization") or {}).get("stage", 0))
+
+
+def _kv(arch: Arch, w: int) -> int:
+    return kv_bytes_per_token(arch.layers, arch.kv_heads, arch.head_dim, w)
+
+
+def _with_cache(stage: str, parts: dict[str, int], capacity: int, cache_gib: float, utilization: float,
+                one_row: int) -> Budget:
+    """Fill ``kv_cache``: the configured GiB, or what ``utilization`` of the GPU leaves; refuse one that cannot
+    hold one whole rollout."""
+    if cache_gib > 0:
+        parts["kv_cache"] = int(cache_gib * GIB)
+        note = f"kv_cache: {stage}.kv_cache_gib"
+    else:
+        # what the rollout phase may take: utilization x capacity less the states and the workspace
+        fixed = parts["weights"] + parts["grads"] + parts["optimizer"] + parts["workspace"]
+        parts["kv_cache"] = max(0, int(utilization * capacity) - fixed)
+        note = f"kv_cache: what {stage}.gpu_memory_utilization={utilization} of the GPU leaves"
+    if parts["kv_cache"] < one_row:
+        raise ConfigError(f"{stage}: the KV cache gets {parts['kv_cache'] / GIB:.2f} GiB per GPU, less than one "
+                          f"rollout needs ({one_row / GIB:.2f} GiB); the largest part is {_largest(parts)} "
+                          f"({parts[_largest(parts)] / GIB:.1f} GiB)")
+    return Budget(parts=parts, estimate=total(parts), capacity=capacity, note=note)
+
+
+def _eval_row_tokens(s) -> int:
+    """Tokens of eval's longest row: its response budget (every path counted) and a prompt of up to 2,048 tokens."""
+    return int(_get(_get(s, "sampling"), "max_new_tokens")) + 2048
+
+
+def _largest(parts: Mapping[str, int]) -> str:
+    return max(parts, key=parts.get)
+
+
+def _get(section, key: str, default: Any = None) -> Any:
+    """A setting of a stage section: a config node or mapping (``plan``) or a dataclass (``RLConfig`` at run time)."""
+    if isinstance(section, Mapping) or hasattr(section, "get") and not hasattr(section, key):
+        return section.get(key, default)
+    return getattr(section, key, default)
+
+
+def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int) -> Budget:
+    """An RL stage's memory on one GPU (``s``: its section or RLConfig); ``kv_cache`` is the engine's budget."""
+    zero = _zero(_get(s, "deepspeed"))
+    parts = states(arch.params, w, gpus, zero, trains=True, whole_copy=zero == 3)
+    length = int(_get(s, "token_budget"))
+    rows = int(_get(s, "micro_batch_size"))
+    if int(_get(s, "micro_batch_tokens", 0) or 0):
+        rows = max(1, min(rows, int(_get(s, "micro_batch_tokens")) // length))
+    parts["activations"] = training_activations(arch, w, rows, length, bool(_get(s, "gradient_checkpointing")),
+                                                structured=str(_get(s, "mode")) == "structured")
+    parts["logits"] = logits_bytes(arch, w, int(_get(s, "logprob_chunk_tokens", 1024)))
+    parts["workspace"] = WORKSPACE + decode_workspace(arch, w, int(_get(s, "rollout_batch_size")))
+    return _with_cache(stage, parts, capacity, float(_get(s, "kv_cache_gib", 0.0) or 0.0),
+                       float(_get(s, "gpu_memory_utilization", 0.9)), length * _kv(arch, w))
+
+
+def eval_budget(arch: Arch, w: int, s, capacity: int) -> Budget:
+    """The eval stage's memory on one GPU (``s``: its section or EvalConfig): weights, the decode step, the cache."""
+    parts = states(arch.params, w, 1, 0, trains=False)
+    parts.update(activations=0, logits=0, workspace=WORKSPACE + decode_workspace(arch, w, int(_get(s, "batch_size"))))
+    return _with_cache("eval", parts, capacity, float(_get(s, "kv_cache_gib", 0.0) or 0.0),
+                       float(_get(s, "gpu_memory_utilization", 0.9)), _eval_row_tokens(s) * _kv(arch, w))
+
+
+def stage_budget(cfg, stage: str, gpus: int, capacity: int) -> Budget | None:
+    """The memory of ``stage`` on one of its ``gpus`` GPUs of ``capacity`` bytes, from the composed root config;
+    None for a stage that holds no model on the GPU (filter, promote) or a model config without ``arch``."""
+    model = cfg.model
+    node = model.get("config")  # Qwen3Config fields; the tiny model's have no vocab_size (its tokenizer sets it)
+    if node is None or "vocab_size" not in node:
+        return None
+    arch = Arch.from_cfg(node, "model.config")
+    w = dtype_bytes(str(model.get("dtype", "float32")))
+    params = arch.params
+    s = cfg.get(stage) or {}
+    if stage in TRAIN_RL:
+        return rl_budget(arch, w, s, stage, gpus, capacity)
+    if stage == "sft":
+        zero = _zero(s.get("deepspeed"))
+        # fp32 parameters under autocast; DeepSpeed's bf16 mode holds them in bf16 with fp32 masters
+        wp = w if (zero and str(s.get("precision")) == "bf16") else 4
+        wa = 2 if str(s.get("precision")) == "bf16" else 4
+        parts = states(params, wp, gpus, zero, trains=True)
+        parts["activations"] = training_activations(arch, wa, int(s.micro_batch), int(s.max_length),
+                                                    bool(s.get("gradient_checkpointing")),
+                                                    structured=str(s.get("collator")) == "structured")
+        parts["logits"] = logits_bytes(arch, wa, int(s.get("logit_chunk_tokens", 1024)))
+        parts["kv_cache"] = 0
+        parts["workspace"] = WORKSPACE
+        return Budget(parts=parts, estimate=total(parts), capacity=capacity, note="")
+    if stage == "eval":
+        return eval_budget(arch, w, s, capacity)
+    if stage == "base":  # the teacher's model is its backend's (a vLLM server, an API), not model.*: not counted
+        parts = states(params, w, gpus, 0, trains=False)
+        parts.update(activations=0, logits=0, kv_cache=0, workspace=WORKSPACE)
+        return Budget(parts=parts, estimate=total(parts), capacity=capacity, note="weights only (no engine here)")
+    return None
+
+
+def check(stage: str, budget: Budget) -> None:
+    """Refuse a stage whose estimate exceeds its GPU: one line naming the stage and the largest part."""
+    if budget.estimate > budget.capacity:
+        big = budget.largest()
+        raise ConfigError(f"cluster: {stage} needs about {budget.estimate / GIB:.1f} GiB per GPU, more than "
+                          f"cluster.gpu_memory ({budget.capacity / GIB:.1f} GiB); the largest part is {big} "
+                          f"({budget.parts[big] / GIB:.1f} GiB): see docs/gpu.md for the settings that lower it")

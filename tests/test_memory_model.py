@@ -1,0 +1,104 @@
+"""parathink.memory_model: the parts are the tensors they name, `plan` prints them and refuses what does not fit."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from parathink import cli, cluster
+from parathink.config import compose
+from parathink.errors import ConfigError
+from parathink.memory_model import (
+    GIB,
+    PARTS,
+    Arch,
+    layer_activation_bytes,
+    logits_bytes,
+    states,
+    total,
+    training_activations,
+)
+
+QWEN3_4B = Arch(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, intermediate=9728, vocab=151936)
+
+
+def test_qwen3_4b_shape_gives_its_parameter_count_and_kv_bytes():
+    from parathink.engine.kv_budget import kv_bytes_per_token
+
+    assert abs(QWEN3_4B.params - 4.022e9) < 1e6  # Qwen3-4B-Base: 4,022,468,096
+    assert kv_bytes_per_token(36, 8, 128, "bfloat16") == 147_456
+
+
+def test_states_follow_dtype_and_zero_sharding():
+    p = 1_000_000
+    plain = states(p, 2, 8, 0, trains=True)
+    assert plain == {"weights": 2 * p, "grads": 2 * p, "optimizer": (8 + 4 + 4 + 4) * p}  # moments, masters, step
+    zero2 = states(p, 2, 8, 2, trains=True)
+    assert zero2 == {"weights": 2 * p, "grads": 4 * p // 8, "optimizer": (8 + 4 + 4) * p // 8}
+    assert states(p, 2, 8, 3, trains=True, whole_copy=True)["weights"] == 2 * p // 8 + 2 * p
+    assert states(p, 4, 1, 0, trains=True)["optimizer"] == 12 * p  # fp32 parameters are their own masters
+    assert states(p, 2, 1, 0, trains=False) == {"weights": 2 * p, "grads": 0, "optimizer": 0}
+
+
+def test_checkpointing_keeps_layer_inputs_and_one_layer():
+    a, rows, length = QWEN3_4B, 8, 5000
+    full = training_activations(a, 2, rows, length, checkpointing=False, structured=False)
+    ckpt = training_activations(a, 2, rows, length, checkpointing=True, structured=False)
+    per_layer = layer_activation_bytes(a, 2)
+    tail = 2 * a.hidden * 2 + a.hidden * 4
+    assert full == rows * length * (a.layers * per_layer + tail)
+    assert ckpt == rows * length * (a.layers * a.hidden * 2 + per_layer + tail)
+    assert full / ckpt > 15
+    structured = training_activations(a, 2, rows, length, checkpointing=True, structured=True)
+    assert structured - ckpt == rows * length * length * 2  # the 4-D additive mask, once
+
+
+def test_logits_are_one_chunk_and_the_phases_do_not_add():
+    assert logits_bytes(QWEN3_4B, 2, 1024) == 1024 * 151936 * 20
+    parts = dict.fromkeys(PARTS, 0) | {"weights": 5, "kv_cache": 10, "activations": 3, "logits": 4}
+    assert total(parts) == 5 + 10
+    assert total(parts | {"kv_cache": 2}) == 5 + 3 + 4
+
+
+def _plan(capsys, *overrides):
+    code = cli.main(["plan", *overrides])
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip().splitlines()
+
+
+def test_plan_prints_device_memory_for_every_gpu_stage_within_80_gib(capsys):
+    code, out, _ = _plan(capsys, "experiment=parallel_r1_seen")
+    assert code == 0
+    placement = json.loads(out)["placement"]
+    for stage in ("sft", "rl_easy", "rl_hard", "eval"):
+        memory = placement[stage]["device_memory"]
+        assert set(memory["parts"]) == set(PARTS)
+        assert memory["capacity_gib"] == 80.0 and 0 < memory["estimate_gib"] <= 80.0, stage
+    rl = placement["rl_easy"]["device_memory"]["parts"]
+    assert rl["kv_cache"] > 7 * 5000 * 147_456 / GIB  # more than seven whole 5,000-token rollouts in flight
+    assert placement["filter"]["device_memory"] is None  # a CPU stage
+
+
+def test_plan_on_24_gib_gpus_is_refused_naming_a_stage_and_its_largest_part(capsys):
+    code, out, err = _plan(capsys, "experiment=parallel_r1_seen", "cluster.gpu_memory=24Gi")
+    assert code == 2 and out == ""
+    (line,) = err
+    assert re.search(r"cluster: (sft|rl_easy|rl_hard|eval) needs about [\d.]+ GiB per GPU, more than "
+                     r"cluster.gpu_memory \(24.0 GiB\); the largest part is \w+", line), line
+
+
+@pytest.mark.parametrize("override, stage, part", [
+    ("rl_easy.gradient_checkpointing=false", "rl_easy", "activations"),
+    ("rl_easy.kv_cache_gib=100", "rl_easy", "kv_cache"),
+])
+def test_plan_names_the_part_that_does_not_fit(capsys, override, stage, part):
+    code, _, (line,) = _plan(capsys, "experiment=parallel_r1_seen", override)
+    assert code == 2 and f"cluster: {stage} needs about" in line and f"the largest part is {part}" in line, line
+
+
+def test_a_cache_that_cannot_hold_one_rollout_is_refused():
+    cfg = compose(["experiment=parallel_r1_seen", "rl_easy.deepspeed=null"])  # 75 GiB of unsharded states
+    with pytest.raises(ConfigError, match=r"rl_easy: the KV cache gets 0.00 GiB per GPU, less than one rollout"):
+        cluster.plan(cfg, ["rl_easy"])
