@@ -51,6 +51,8 @@ from parathink.training.sft_config import SFTConfig
 # parathink.modeling.factory's dtype names (a test keeps them equal; listed here so that checking needs no torch)
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 TRACKING_BACKENDS = ("mlflow", "jsonl", "none")
+# transformers' attention implementations; a structured layout needs sdpa or eager (the stages refuse the others)
+ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 GROUPS = ("model", "data", "tracking", "cluster")  # RootConfig's other sections are stages
 
 
@@ -73,7 +75,7 @@ class ModelConfig:
     kind: str = one_of(("tiny", "pretrained"), MISSING)
     source: str = MISSING
     dtype: str = one_of(DTYPES, MISSING)
-    attn_implementation: str = one_of(("sdpa", "eager"), MISSING)  # both take the 4-D structured mask
+    attn_implementation: str = one_of(ATTENTION, MISSING)  # sdpa and eager take the 4-D structured mask
     init_seed: int = at_least(0, MISSING)
     parathinker_max_paths: int = within(0, MAX_PARATHINKER_PATHS, MISSING)
     params: float | None = at_least(1, None)  # parameters, for `parathink plan`'s memory check; null = unchecked
