@@ -18,6 +18,19 @@ def test_write_then_read_round_trips_and_rows_walk_every_row(tmp_path):
         ("base", "easy", 0.5), ("base", "hard@2", 0.25), ("sft", "easy", 0.75)]
 
 
+def test_the_rows_times_go_beside_results_json_and_read_puts_them_back(tmp_path):
+    written = []
+    for run, seconds in (("a", 0.002), ("b", 0.9)):
+        data = {"stages": {"sft": {"easy": {"n": 8, "accuracy": 0.5, "seconds_per_sample": seconds},
+                                   "easy@2": {"n": 8, "accuracy": 0.25}}}, "missing": [], "settings": {},
+                "vs_start": {}}
+        (tmp_path / run).mkdir()
+        written.append(results.write(data, tmp_path / run).read_bytes())
+        assert results.read(tmp_path / run) == data
+        assert data["stages"]["sft"]["easy"]["seconds_per_sample"] == seconds  # the caller's rows are left whole
+    assert written[0] == written[1] and b"seconds_per_sample" not in written[0]  # the hashed file: no times
+
+
 def test_an_older_file_gets_the_optional_parts_empty():
     back = results.parse('{"stages": {"base": {"easy": {"n": 1}}}}', "old.json")
     assert back["missing"] == [] and back["settings"] == {} and back["vs_start"] == {}

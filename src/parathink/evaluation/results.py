@@ -4,6 +4,10 @@ Layout: ``{"stages": {stage: {set: SetRow}}, "missing": [stage...], "settings": 
 PairedDelta}}}``. A set named ``<set>@N`` is the set scored at N paths (ParaThinker's path-count rows). Readers
 (the tables, the gates, promotion, the report, ``parathink compare``) get it through ``parse``/``read``, which refuse
 a file that is not one with a one-line ``BadInput`` naming it.
+
+A row's wall-clock figures (``TIMED``) are not written into results.json, which is hashed with eval's output, but
+into the ``results`` section of ``_timings.json`` beside it (``parathink.stages.timings``); ``read`` puts them back
+in their rows, so every reader of a run's eval sees the rows whole.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from parathink.errors import BadInput
 from parathink.jsonl import parse_object
 
 FILE = "results.json"
+TIMED = ("seconds_per_sample",)  # measured, not made: in _timings.json, not in the hashed results.json
 
 
 class SetRow(TypedDict, total=False):
@@ -81,16 +86,35 @@ def parse(text: str | bytes, where: str) -> Results:
 
 
 def read(folder: str | Path) -> Results:
-    """``<folder>/results.json`` (a local folder or an ``s3://`` prefix)."""
+    """``<folder>/results.json`` (a local folder or an ``s3://`` prefix), its rows with their times."""
     from parathink import storage
+    from parathink.stages import timings
 
     location = storage.join(folder, FILE)
-    return parse(storage.read_bytes(location), location)
+    results = parse(storage.read_bytes(location), location)
+    for stage, sets in (timings.read(folder).get("results") or {}).items():
+        for name, timed in sets.items() if isinstance(sets, dict) else ():
+            row = results["stages"].get(stage, {}).get(name)
+            if row is not None and isinstance(timed, dict):
+                row.update(timed)
+    return results
 
 
 def write(results: Results, folder: Path) -> Path:
+    """results.json without the rows' times, which go to ``_timings.json``; returns the results.json written."""
+    from parathink.stages import timings
+
+    made, measured = dict(results), {}
+    made["stages"] = {}
+    for stage, sets in results["stages"].items():
+        made["stages"][stage] = {}
+        for name, row in sets.items():
+            made["stages"][stage][name], timed = timings.split(row, TIMED)
+            if timed:
+                measured.setdefault(stage, {})[name] = timed
     path = folder / FILE
-    path.write_text(json.dumps(results, indent=1))
+    path.write_text(json.dumps(made, indent=1))
+    timings.write(folder, results=measured)
     return path
 
 

@@ -72,7 +72,10 @@ def comparison_table(metric: str, candidate: dict, champion: dict | None, sets: 
 
 
 def _describe(version) -> dict:
-    return {"version": str(version.version), "stage": version.tags.get("stage", "?"), "tags": dict(version.tags)}
+    """A version as promotion.json records it: its tags but the eval's times (``eval.<set>.seconds_per_sample``:
+    measured, not scored, and kept out of hashed files; the registry still carries them)."""
+    tags = {k: v for k, v in version.tags.items() if k.rpartition(".")[2] not in results_file.TIMED}
+    return {"version": str(version.version), "stage": version.tags.get("stage", "?"), "tags": tags}
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict:

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from parathink.evaluation import results as results_file
 from parathink.jsonl import load_record
 from parathink.redact import recorded_config, redact_text
 from parathink.stages.manifest import GATES, config_hash
+from parathink.stages.timings import TIMINGS
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
 from parathink.tracking.datasets import log_datasets, stage_datasets
 from parathink.tracking.flavor import is_transformers_checkpoint
@@ -157,8 +159,9 @@ class MlflowCurriculumTracking(CurriculumTracking):
         tracker.set_tags({"parathink.output_hash": manifest.output_hash})
         log_datasets(self.session.client, tracker.run_id, stage_datasets(manifest, self.lineage["parathink.run_dir"]))
         tracker.log_artifact(out_dir / "_manifest.json")
-        if (out_dir / "metrics.jsonl").exists():
-            tracker.log_artifact(out_dir / "metrics.jsonl")
+        for file in ("metrics.jsonl", TIMINGS):  # the step log, and the times the hashed files leave out
+            if (out_dir / file).exists():
+                tracker.log_artifact(out_dir / file)
         failed = self._log_gate(tracker, manifest, out_dir / GATES)
         if (out_dir / "model" / "config.json").exists() and self.cfg.tracking.get("register_models", True):
             if not failed:  # a model that failed its gate is kept for inspection, never a registry candidate
@@ -166,7 +169,7 @@ class MlflowCurriculumTracking(CurriculumTracking):
             else:  # kept for inspection beside the failed gate's report
                 tracker.log_artifact(out_dir / "model", "model")
         if (out_dir / "results.json").exists() and not failed:
-            self._eval_done(tracker, json.loads((out_dir / "results.json").read_text()), out_dir)
+            self._eval_done(tracker, results_file.read(out_dir), out_dir)  # its rows with their times
         self.session.close_run(tracker, status="FAILED" if failed else "FINISHED")
 
     def _log_gate(self, tracker, manifest, gate_dir: Path) -> bool:

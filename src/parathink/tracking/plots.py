@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from parathink.evaluation import results as results_file
 from parathink.stages import RL_STAGES
 
 # Under a run directory's local side: the plots of its last report (parathink.report draws them, tracking logs them).
@@ -101,7 +102,7 @@ def write_run_plots(rundir, out_dir: Path, stages: tuple[str, ...] = RL_STAGES) 
     if curves:
         written.append(figure3(curves, out_dir / "figure3_rl_curves.png"))
     if rundir.manifest("eval") is not None:
-        results = rundir.resolve_input("eval") / "results.json"
-        if results.exists():
-            written.append(table_png(json.loads(results.read_text()), out_dir / "results_table.png"))
+        folder = rundir.resolve_input("eval")
+        if (folder / results_file.FILE).exists():
+            written.append(table_png(results_file.read(folder), out_dir / "results_table.png"))
     return written
