@@ -196,8 +196,8 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
     trainer.save_model(str(out))  # gathers ZeRO-3 / FSDP shards
     if trainer.is_world_process_zero():
         tok.save_pretrained(out)
-        # The Trainer pickles its arguments beside the weights: the scratch's absolute path and a dated logging
-        # folder, which would make two identical runs hash differently. The manifest records the settings.
+        # The Trainer pickles its arguments beside the weights, the scratch's absolute path (output_dir) among them,
+        # which would make two identical runs in two run directories hash differently. The manifest has the settings.
         (out / "training_args.bin").unlink(missing_ok=True)
     if metrics["steps"] < metrics["planned_steps"]:
         # The schedule was cut before it annealed: the model is worse than the config promises, and what follows
