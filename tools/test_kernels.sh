@@ -27,7 +27,7 @@ for cap in "${caps[@]}"; do
     fi
     echo "== test-kernels: ATEN_CPU_CAPABILITY=$cap (torch reports $got)"
     start=$SECONDS
-    ATEN_CPU_CAPABILITY=$cap "$PY" -m pytest -q -m "not slow" -p no:cacheprovider "${tests[@]}"
+    ATEN_CPU_CAPABILITY=$cap "$PY" -m pytest -q -m "not slow" -p no:cacheprovider --durations=5 "${tests[@]}"
     rc=$?
     if [[ $rc == 0 ]]; then
         summary+=("$cap: passed in $((SECONDS - start)) s")
