@@ -13,13 +13,29 @@ Contract (RL, evaluation and the ``self`` teacher call these)::
     engine.generate_texts(["Problem: ..."], sampling, 4)     # list[list[str]]
     logp, entropy = recompute_logprobs(model, engine, samples, with_entropy=True)   # [B, T] each, with grad
     engine.release()                                         # drop the CUDA graphs kept for the next call
+    Engine(..., kv_cache_bytes=20 * 2**30)                   # hold at most this much KV (paged; docs/gpu.md)
+    engine.stats                                             # the last call: preemptions, peak_kv_bytes, ...
+    kv_bytes_per_token(36, 8, 128, "bfloat16")               # 147,456: torch-free (``kv_budget``), for plan
 
-See ``core`` for how forks, merges and the budget work; ``runner`` for the two forwards; ``cache`` for the
-preallocated KV cache; ``decode`` for the eager and the static (CUDA-graph) decode step.
+See ``core`` for how forks, merges and the token budget work; ``runner`` for the two forwards; ``cache`` for the
+preallocated KV cache, ``paged`` and ``scheduler`` for the budgeted one; ``decode`` for the eager and the static
+(CUDA-graph) decode step.
+
+The package imports torch only when one of the torch names is first used, so that ``kv_budget`` (and
+``from parathink.engine import kv_bytes_per_token``) stays light for the memory model that ``plan`` runs.
 """
 
-from parathink.engine.core import Engine, Sample
-from parathink.engine.recompute import recompute_logprobs
-from parathink.engine.sampling import SamplingConfig
+from parathink.engine.kv_budget import kv_bytes_per_token, min_kv_cache_bytes, model_kv_bytes_per_token
 
-__all__ = ["Engine", "Sample", "SamplingConfig", "recompute_logprobs"]
+__all__ = ["Engine", "Sample", "SamplingConfig", "kv_bytes_per_token", "min_kv_cache_bytes",
+           "model_kv_bytes_per_token", "recompute_logprobs"]
+
+_LAZY = {"Engine": "core", "Sample": "core", "SamplingConfig": "sampling", "recompute_logprobs": "recompute"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f"parathink.engine.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'parathink.engine' has no attribute {name!r}")

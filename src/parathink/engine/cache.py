@@ -97,6 +97,9 @@ class RowCache:
         """Decode: store kv [B, 2H, D] (one new token per row) at the slots ``step_index`` gave."""
         self.kv[layer].view(-1, kv.shape[-1]).index_copy_(0, index, kv.reshape(-1, kv.shape[-1]))
 
+    def begin_prefill(self, row0: int, lens: list[int], t: int) -> None:
+        """Nothing to prepare: rows row0.. already own slots 0..t-1 (the budgeted ``PagedCache`` gives blocks here)."""
+
     def write_prefill(self, layer: int, row0: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k, v [B, H, T, D] of fresh right-padded rows row0.. at slots 0..T-1 (``prefilled`` books them)."""
         self.kv[layer, row0:row0 + k.shape[0], :, :k.shape[2]] = torch.cat([k, v], 1)
@@ -146,6 +149,12 @@ class RowCache:
         self.check_len(start + n)
         self.kv[:, row, :, start:start + n] = kv
         self.lens[row] = start + n
+
+    def free_rows(self, rows: list[int]) -> None:
+        """Rows leave the batch: nothing to give back, every row keeps its slots for the whole call."""
+
+    def drop(self, parked: torch.Tensor) -> None:
+        """A parked copy is freed with its last reference."""
 
     def _landed(self, row: int, n: int) -> None:
         """Row got n valid entries written over its first n slots; its slots past them keep what they held."""

@@ -35,9 +35,13 @@ import torch
 from parathink.engine.cache import RowCache
 from parathink.engine.decode import EagerDecode, StaticDecode
 from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
+from parathink.engine.kv_budget import BLOCK_TOKENS, kv_bytes_per_token, worst_case_kv_bytes
+from parathink.engine.paged import PagedCache
 from parathink.engine.runner import cache_shape, make_runner
-from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats
+from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats, stream_key, uniform_bits
+from parathink.engine.scheduler import BudgetScheduler
 from parathink.engine.transfer import upload
+from parathink.errors import ConfigError
 from parathink.formats.layouts import Layout, TagIds, build_layout, causal_layout
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
 
@@ -95,6 +99,9 @@ class _Seq:
     finish_reason: str | None = None
     stream: StreamTags | None = None
     rows: list = field(default_factory=list)  # its rows in the batch (one, or one per open path)
+    key: int = 0  # its main stream's sampling key (``sampling.stream_key``)
+    order: int = -1  # when it was first admitted: the newest in flight is preempted first
+    seen_from: int | None = None  # the main row's repetition-penalty context: tokens[seen_from:] (None: prompt too)
 
 
 @dataclass(eq=False)
@@ -107,6 +114,7 @@ class _Row:
     closing: bool = False  # fed its path's closing tag: score the next serialized token, then park
     fork: int = 0  # fork into this many paths after this step's forward
     done: bool = False  # out of budget with nothing to close: leaves without a token
+    key: int = 0  # the sampling key of the stream it writes (the sequence's main one, or its path's)
 
 
 class Engine:
@@ -121,16 +129,25 @@ class Engine:
     ``decode``: ``eager`` (shapes follow the rows), ``static`` (bucketed shapes; captured as CUDA graphs on a
     GPU when ``cuda_graphs``), ``auto`` (static on a GPU with the fast runner, else eager); see ``decode``.
     ``release()`` frees what the engine keeps between calls (the CUDA graphs and their input buffer).
+    ``kv_cache_bytes``: the most KV cache a call holds (docs/gpu.md, "KV cache budget"). None, or a budget that
+    covers the worst case, allocates every row at the longest length up front (the contiguous, CUDA-graph path);
+    a smaller one pages the cache in blocks, admits streams as blocks are free and preempts (then recomputes)
+    the newest when the rows cannot grow. ``stats`` describes the last call (preemptions, peak KV bytes, ...).
     """
 
     def __init__(self, model, tokenizer, grammar: str = "parallel_r1", mode: str = "causal", num_paths: int = 2,
-                 *, min_fork_budget: int = 0, backend: str = "auto", decode: str = "auto", cuda_graphs: bool = True):
+                 *, min_fork_budget: int = 0, backend: str = "auto", decode: str = "auto", cuda_graphs: bool = True,
+                 kv_cache_bytes: int | None = None):
         if mode not in MODES:
             raise ValueError(f"engine mode must be one of {MODES}, got {mode!r}")
         if decode not in DECODES:
             raise ValueError(f"engine decode must be one of {DECODES}, got {decode!r}")
         if num_paths < 1:
             raise ValueError(f"engine num_paths must be >= 1, got {num_paths}")
+        if kv_cache_bytes is not None and kv_cache_bytes < 1:
+            raise ConfigError(f"engine kv_cache_bytes must be >= 1 or None (no budget), got {kv_cache_bytes}")
+        self.kv_cache_bytes = kv_cache_bytes
+        self.stats: dict = {}  # of the last generate call (``_Run.stats``)
         self.model, self.tokenizer, self.grammar, self.mode = model, tokenizer, grammar, mode
         self.num_paths, self.min_fork_budget = num_paths, min_fork_budget
         try:
@@ -193,11 +210,9 @@ class Engine:
         prompts = self._check(prompt_ids, sampling, num_samples)
         self.runner.sync()
         device = next(self.model.parameters()).device
-        gen = None
-        if sampling.seed is not None:
-            gen = torch.Generator(device=device).manual_seed(sampling.seed)
-        seqs = [_Seq(i * num_samples + j, i, prompts[i]) for i in range(len(prompts))
-                for j in range(num_samples)]
+        seed = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2 ** 62, ()).item())
+        seqs = [_Seq(i * num_samples + j, i, prompts[i], key=stream_key(seed, i * num_samples + j))
+                for i in range(len(prompts)) for j in range(num_samples)]
         if self.mode == "causal" and self.tags is not None:
             for s in seqs:
                 s.stream = StreamTags(self.tags)
@@ -206,11 +221,12 @@ class Engine:
         # both copies at once): rows x (prompt + max_new_tokens) x layers x 2 x kv_heads x head_dim x dtype bytes,
         # committed on a GPU, touched as written on a CPU (docs/gpu.md sizes it).
         rows = min(len(seqs), sampling.batch_size) * (self.num_paths if self.mode == "structured" else 1)
-        state = _Run(self, sampling, gen, device, max(len(p) for p in prompts) + sampling.max_new_tokens + 1, rows)
+        state = _Run(self, sampling, seed, device, max(len(p) for p in prompts) + sampling.max_new_tokens + 1, rows)
         try:
             state.run(deque(seqs))
         finally:
             state.decoder.bind(None)  # the cache goes with the call (a kept decoder must not hold it)
+            self.stats = state.stats()
         return [self._sample(s) for s in seqs]
 
     # ----------------------------------------------------------------------------------------------- helpers
@@ -242,19 +258,32 @@ class Engine:
                       prompt_index=s.prompt_index, num_blocks=s.blocks)
 
 
-class _Run:
-    """The state of one ``generate`` call: rows in the cache, their sequences, the decode loop."""
+class _Run(BudgetScheduler):
+    """The state of one ``generate`` call: rows in the cache, their sequences, the decode loop (under a KV budget:
+    ``scheduler``)."""
 
-    def __init__(self, engine: Engine, sampling: SamplingConfig, gen, device, max_len: int, rows: int):
-        self.e, self.s, self.gen, self.device = engine, sampling, gen, device
+    def __init__(self, engine: Engine, sampling: SamplingConfig, seed: int, device, max_len: int, rows: int):
+        self.e, self.s, self.seed, self.device = engine, sampling, seed, device
         self.g = engine.g
         self.structured = engine.mode == "structured"
         layers, kv_heads, head_dim = cache_shape(engine.model)
         dtype = next(engine.model.parameters()).dtype
-        self.cache = RowCache(layers, rows, kv_heads, max_len, head_dim, dtype, device)
+        self.token_bytes = kv_bytes_per_token(layers, kv_heads, head_dim, dtype.itemsize)
+        budget = engine.kv_cache_bytes
+        # A budget that covers the worst case changes nothing: the contiguous cache, CUDA graphs and all.
+        self.paged = budget is not None and budget < worst_case_kv_bytes(rows, max_len, self.token_bytes)
+        if self.paged:
+            blocks = budget // (BLOCK_TOKENS * self.token_bytes)
+            self._check_budget(budget, blocks, max_len)
+            self.cache = PagedCache(layers, rows, kv_heads, max_len, head_dim, dtype, device, blocks)
+        else:
+            self.cache = RowCache(layers, rows, kv_heads, max_len, head_dim, dtype, device)
         engine.runner.prepare(max_len)  # positions never reach max_len
-        self.decoder = engine.decoder(torch.device(device))
+        # A paged step gathers its rows' blocks through a table that changes every step: eager, never a graph.
+        self.decoder = EagerDecode(engine.runner) if self.paged else engine.decoder(torch.device(device))
         self.decoder.bind(self.cache)
+        self.waiting: deque = deque()  # preempted sequences, oldest first: recomputed before new ones are admitted
+        self.admitted = self.preemptions = self.preempted_in_block = self.recomputed = self.max_rows = 0
         self.rows: list[_Row] = []
         self.penalty = sampling.repetition_penalty_in_paths
         vocab = engine.model.get_output_embeddings().weight.shape[0]
@@ -278,6 +307,8 @@ class _Run:
     # ----------------------------------------------------------------------------------------------- loop
 
     def run(self, pending: deque) -> None:
+        if self.paged:
+            return self._run_paged(pending)
         while pending or self.rows:
             n_old = len(self.rows)
             logits = []
@@ -288,7 +319,17 @@ class _Run:
             if pending and (not n_old or room >= max(1, self.s.batch_size // 4)):
                 take = max(1, room // per_seq)
                 logits.append(self._admit([pending.popleft() for _ in range(min(take, len(pending)))]))
+            self.max_rows = max(self.max_rows, len(self.rows))
             self._step(torch.cat(logits) if len(logits) > 1 else logits[0])
+
+    def stats(self) -> dict:
+        """What the call held and did: the KV it allocated and its peak (bytes), preemptions, recomputed tokens."""
+        allocated = self.cache.kv.numel() * self.cache.kv.element_size()
+        peak = self.cache.peak * BLOCK_TOKENS * self.token_bytes if self.paged else allocated
+        return {"paged": self.paged, "kv_cache_bytes": allocated, "peak_kv_bytes": peak,
+                "kv_bytes_per_token": self.token_bytes, "preemptions": self.preemptions,
+                "preempted_in_block": self.preempted_in_block,
+                "recomputed_tokens": self.recomputed, "max_rows_in_flight": self.max_rows}
 
     def _decode(self, n: int) -> torch.Tensor:
         rows = self.rows[:n]
@@ -312,6 +353,7 @@ class _Run:
         lens = [len(s.prompt) for s in unique]
         positions = torch.arange(t, device=self.device).expand(len(unique), t)
         last = upload([n - 1 for n in lens], torch.long, self.device)
+        self.cache.begin_prefill(start, lens, t)
         logits = self.e.runner.prefill(tokens, positions, start, self.cache, torch.zeros_like(positions), last)
         self.cache.prefilled(start, lens, t)
         # Rows [start, start + len(unique)) hold the distinct prompts; the other samples copy them.
@@ -321,8 +363,9 @@ class _Run:
             self.cache.copy_rows([start + first[s.prompt_index] for s in copies], dst)
         ordered = unique + copies
         for s in ordered:
-            row = _Row(seq=s, pos=len(s.prompt) - 1)
+            row = _Row(seq=s, pos=len(s.prompt) - 1, key=s.key)
             s.rows = [row]
+            s.order, self.admitted = self.admitted, self.admitted + 1
             if self.structured and self.g.opener is None:  # ParaThinker: the paths open the response
                 k = self.e.num_paths
                 if self._left(s, 0) >= self.g.fork_cost(k):
@@ -468,12 +511,20 @@ class _Run:
         if bans:
             rows_t, toks_t = upload(list(zip(*bans)), torch.long, self.device)
             shaped = shaped.index_put((rows_t, toks_t), self.neg_inf)
-        drawn = draw(shaped, self.s.temperature, self.s.top_p, self.gen)  # [B]
-        fixed = upload(self._fixed(), torch.long, self.device)
-        scored = torch.where(fixed >= 0, fixed, drawn)  # [B]
+        x = upload([self._fixed(), self._bits()], torch.long, self.device)  # [2, B]
+        drawn = draw(shaped, self.s.temperature, self.s.top_p, x[1])  # [B]
+        scored = torch.where(x[0] >= 0, x[0], drawn)  # [B]
         values = logp.gather(1, scored[:, None]).squeeze(1)  # [B]
         read = torch.stack([scored.double(), values.double()]).tolist()  # token ids are exact in float64
         return [int(t) for t in read[0]], read[1]
+
+    def _bits(self) -> list[int]:
+        """Each row's random bits: a function of its stream and the index of the token it decides, nothing else
+        (so a sequence samples the same tokens whatever shares the batch, see ``sampling``)."""
+        if self.s.temperature == 0:
+            return [0] * len(self.rows)
+        return [uniform_bits(r.key, len(r.seq.tokens) if r.path < 0 else len(r.seq.block.paths[r.path].tokens))
+                for r in self.rows]
 
     def _fixed(self) -> list[int]:
         """The token each row scores when the engine, not the sampler, decides it (-1: the drawn one)."""
@@ -542,6 +593,7 @@ class _Run:
         for j, row in enumerate(rows):
             opening = self.g.path_open[j]
             row.path, row.forced = j, deque(opening[1:])
+            row.key = stream_key(self.seed, s.index, s.blocks * 64 + j + 1)
             path = block.paths[j]
             path.tokens.append(opening[0])
             path.logprobs.append(lp_first if j == 0 else None)  # scored when path j-1 closes
@@ -576,7 +628,7 @@ class _Run:
             s.mask += p.mask
         s.block = None
         closers = self.g.block_closers
-        r.path, r.pos = -1, b.p + longest
+        r.path, r.pos, r.key = -1, b.p + longest, s.key
         r.forced = deque(closers[1:])
         if b.cut:
             r.forced.append(self.g.summary_close)
@@ -588,6 +640,7 @@ class _Run:
         r.feed, r.pos = closers[0], r.pos + 1
         if closers[0] in self.g.summary_open:
             s.in_summary = True
+        s.seen_from = len(s.tokens)
         if self.seen is not None:
             self.seen[i] = False  # the penalty applies inside paths only
         if s.stop_after_forced and not r.forced:
@@ -599,6 +652,7 @@ class _Run:
         """Drop the rows at ``remove``, keeping the others contiguous: the order is that of removing each in turn
         (highest first) by moving the last row into its slot, but each surviving row's entries move at most once
         (a merged row holding every path would otherwise be copied once per path that closed with it)."""
+        self.cache.free_rows(remove)
         order = list(range(len(self.rows)))
         for i in sorted(remove, reverse=True):
             last = order.pop()

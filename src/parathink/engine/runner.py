@@ -91,11 +91,13 @@ class HFRunner:
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor, positions: torch.Tensor, row0: int, cache: RowCache,
-                path_ids: torch.Tensor | None, last: torch.Tensor) -> torch.Tensor:
-        """Fresh right-padded rows row0..: tokens, positions [B, T] -> logits [B, V] at ``last`` [B]."""
+                path_ids: torch.Tensor | None, last: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Fresh right-padded rows row0..: tokens, positions [B, T] -> logits [B, V] at ``last`` [B]; ``mask``
+        [B, 1, T, T] bool (True = may attend) replaces the causal one (a structured row recomputed)."""
         b, t = tokens.shape
         dtype = next(self.model.parameters()).dtype
-        allowed = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril_()[None, None].expand(b, 1, t, t)
+        allowed = mask if mask is not None else \
+            torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril_()[None, None].expand(b, 1, t, t)
         mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         logits = self._call(tokens, positions, mask, _CacheView(cache, t, row0=row0), path_ids)  # [B, T, V]
@@ -304,8 +306,9 @@ class FastRunner:
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor, positions: torch.Tensor, row0: int, cache: RowCache,
-                path_ids: torch.Tensor | None, last: torch.Tensor) -> torch.Tensor:
-        """Fresh right-padded rows row0..: tokens, positions [B, T] -> logits [B, V] at ``last`` [B] (plain causal)."""
+                path_ids: torch.Tensor | None, last: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Fresh right-padded rows row0..: tokens, positions [B, T] -> logits [B, V] at ``last`` [B]; plain causal,
+        or ``mask`` [B, 1, T, T] bool (True = may attend: a structured row recomputed)."""
         hq, hk = self.heads, self.kv_heads
         path_ids = path_ids if self.path_vectors else None
         cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # [B, T, 1, D]
@@ -315,7 +318,7 @@ class FastRunner:
             q, k, v = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2), v.transpose(1, 2)
             cache.write_prefill(li, row0, k, v)
             o = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1),
-                                               is_causal=True, scale=w["scale"])
+                                               attn_mask=mask, is_causal=mask is None, scale=w["scale"])
             x = x + _lin(o.transpose(1, 2).flatten(2), w["o"], w["o_b"])
             x = x + self._mlp(w, x)
         x = x[torch.arange(x.shape[0], device=x.device), last]

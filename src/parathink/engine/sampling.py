@@ -3,6 +3,12 @@
 The engine reports, for every token it takes, the log-softmax of the model's *raw* logits (temperature 1)
 at that token: that is what the training forward recomputes (docs/design.md, Layouts), whatever temperature,
 top-p, bans or repetition penalty shaped the distribution the token was drawn from.
+
+Randomness is counter-based: the uniform that picks a token is a hash of (seed, the sequence's index, the stream
+it is written in (main, or path j of block b), the token's index in that stream), never a generator's state.
+So a sequence draws the same tokens whatever else is in flight with it, in whatever order rows are admitted,
+preempted and recomputed (``core``); only rounding in the logits, which depends on the batch, could move a
+draw that lands within ~1e-7 of a boundary of the cumulative distribution.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ class SamplingConfig:
     top_p: float = 1.0  # nucleus sampling; 1.0 keeps the whole distribution (on-policy RL needs that)
     max_new_tokens: int = 256  # response tokens per sample, all paths together, forced tags included
     repetition_penalty_in_paths: float = 1.0  # NPR uses 1.02 inside steps only; 1.0 = off
-    seed: int | None = None  # None: draw from torch's global generator (the caller seeds it)
-    batch_size: int = 64  # rows decoded together (forked paths count as rows)
+    seed: int | None = None  # None: one draw from torch's global generator picks the seed (the caller seeds it)
+    # Streams in flight at most (RL's rollout_batch_size); forks add up to num_paths - 1 rows to each. What the KV
+    # cache allocates follows from it only without a budget (Engine's kv_cache_bytes).
+    batch_size: int = 64
     # Added to the sampling logits of every row (token id -> bias; -inf bans). Reported log-probs stay raw,
     # so a bias makes sampling off-policy: for benchmarks and constrained evaluation, not for RL.
     logit_bias: dict[int, float] | None = None
@@ -58,8 +66,31 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def draw(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row from already-shaped ``logits`` [B, V] -> [B] long."""
+MASK64 = (1 << 64) - 1
+UNIFORM_BITS = 24  # a float32 holds them exactly
+
+
+def mix64(z: int) -> int:
+    """SplitMix64's finaliser: a bijection of 64-bit ints whose outputs look independent for nearby inputs."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def stream_key(seed: int, seq: int, stream: int = 0) -> int:
+    """The key of one stream of tokens: sequence ``seq`` (prompt-major sample index) of a call seeded ``seed``;
+    ``stream`` 0 is the main stream, block b's path j is ``b * 64 + j + 1``."""
+    return mix64((mix64((seed & MASK64) ^ 0x9E3779B97F4A7C15) + seq * 0xD1B54A32D192ED03 + stream) & MASK64)
+
+
+def uniform_bits(key: int, index: int) -> int:
+    """UNIFORM_BITS random bits for token ``index`` of the stream ``key``: u = (bits + 0.5) / 2^UNIFORM_BITS."""
+    return mix64((key + (index + 1) * 0x9E3779B97F4A7C15) & MASK64) >> (64 - UNIFORM_BITS)
+
+
+def draw(logits: torch.Tensor, temperature: float, top_p: float, bits: torch.Tensor) -> torch.Tensor:
+    """One token per row from already-shaped ``logits`` [B, V] -> [B] long; ``bits`` [B] (``uniform_bits``) are the
+    rows' uniforms."""
     if temperature == 0:
         return logits.argmax(-1)
     if temperature != 1.0:
@@ -70,7 +101,7 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, generator: torc
     # a CPU than ``multinomial`` or drawing a random number per vocabulary entry).
     probs = logits.softmax(-1)  # [B, V]
     cdf = probs.cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    u = (bits[:, None].to(cdf.dtype) + 0.5) * (cdf[:, -1:] * 2.0 ** -UNIFORM_BITS)
     picked = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)  # [B, 1]
     # u can round up onto the total; never return a token of probability zero (a banned one) then.
     zero = probs.gather(1, picked) == 0

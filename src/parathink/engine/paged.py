@@ -1,0 +1,229 @@
+"""A KV cache of fixed-size blocks within a byte budget: rows hold blocks as they grow and give them back.
+
+The pool is ``kv`` [layers, 2 * kv_heads, blocks * BLOCK_TOKENS, head_dim] (keys in the first half of dim 1), a
+flat run of slots; block b holds slots [b * BLOCK_TOKENS, (b + 1) * BLOCK_TOKENS). Row r's entry e lives in slot
+``blocks[r][e // BLOCK_TOKENS] * BLOCK_TOKENS + e % BLOCK_TOKENS``: entries stay compacted from 0, as in
+``RowCache``, so the runners' masks (``lens``) and the engine's forks, parks and merges read the same. What
+changes is where an entry lies, so a step gathers each layer's rows into a window [B, 2H, S, D] (one layer at a
+time: the workspace is 1/layers of the live window) instead of viewing a slice, and decodes eagerly (a CUDA graph
+would bake in one block table).
+
+Block 0 is a sink: prefill padding writes land there and gather padding reads it, so neither needs a block of its
+own. The pool is zeroed at allocation and only ever written with finite values, so every slot a masked read
+touches is finite (a NaN under the mask would still poison attention: see ``cache``).
+
+A row's block list is on the host, mirrored in ``table`` (host, one row per cache row; entries past a row's
+blocks are stale or the sink, read only under the mask), which each step uploads once. The engine reserves room
+before a step (``free``); ``_alloc`` running dry is an engine bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from parathink.engine.kv_budget import BLOCK_TOKENS, blocks_for
+from parathink.engine.transfer import upload
+
+SINK = 0
+
+
+@dataclass(eq=False)
+class Parked:
+    """Entries [start, start + n) of a block chain: a parked path's own entries, after the shared prefix."""
+
+    blocks: list[int]
+    start: int
+    n: int
+
+
+class PagedCache:
+    """The ``RowCache`` interface over a pool of ``blocks`` blocks (one of them the sink); ``rows`` cache rows."""
+
+    def __init__(self, layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device, blocks: int):
+        if blocks < 2:
+            raise ValueError(f"paged cache: {blocks} blocks, at least 2 needed (one is the sink)")
+        self.kv = torch.zeros((layers, 2 * kv_heads, blocks * BLOCK_TOKENS, head_dim), dtype=dtype, device=device)
+        self.kv_heads, self.max_len = kv_heads, max_len
+        self.lens = [0] * rows
+        self.blocks: list[list[int]] = [[] for _ in range(rows)]
+        self.table = torch.full((rows, blocks_for(max_len)), SINK, dtype=torch.long)
+        self.free = list(range(blocks - 1, SINK, -1))  # a stack: the lowest block numbers go first
+        self.usable = blocks - 1
+        self.peak = 0  # most blocks held at once
+        self.slots: torch.Tensor | None = None  # [n, s] slots of the step's rows (``expose``)
+        self.prefill_slots: torch.Tensor | None = None  # [B, T] (``begin_prefill``)
+        self._offsets = torch.arange(BLOCK_TOKENS, device=device)
+
+    @property
+    def capacity(self) -> int:
+        return len(self.lens)
+
+    @property
+    def used(self) -> int:
+        return self.usable - len(self.free)
+
+    def check_rows(self, rows: int) -> None:
+        if rows > self.capacity:
+            raise RuntimeError(f"engine cache: {rows} rows asked, {self.capacity} allocated (engine bug)")
+
+    def check_len(self, length: int) -> None:
+        if length > self.max_len:
+            raise RuntimeError(f"engine cache: {length} entries asked, at most {self.max_len} (engine bug)")
+
+    # ----------------------------------------------------------------------------------------- blocks
+
+    def _alloc(self) -> int:
+        if not self.free:
+            raise RuntimeError("engine cache: no free block (engine bug: the room for this step was not reserved)")
+        b = self.free.pop()
+        self.peak = max(self.peak, self.usable - len(self.free))
+        return b
+
+    def _grow(self, row: int, n: int) -> None:
+        """Row ``row`` gets blocks for ``n`` entries."""
+        self.check_len(n)
+        own = self.blocks[row]
+        while len(own) * BLOCK_TOKENS < n:
+            b = self._alloc()
+            self.table[row, len(own)] = b
+            own.append(b)
+
+    def _release(self, blocks: list[int]) -> None:
+        self.free += reversed(blocks)
+
+    def free_rows(self, rows: list[int]) -> None:
+        """Rows leave the cache: their blocks go back to the pool."""
+        for r in rows:
+            self._release(self.blocks[r])
+            self.blocks[r], self.lens[r] = [], 0
+
+    def truncate(self, row: int, n: int) -> None:
+        """Keep the row's first n entries; the blocks past them go back."""
+        keep = blocks_for(n)
+        self._release(self.blocks[row][keep:])
+        del self.blocks[row][keep:]
+        self.lens[row] = n
+
+    def _slot_list(self, blocks: list[int], start: int, end: int) -> list[int]:
+        return [blocks[e // BLOCK_TOKENS] * BLOCK_TOKENS + e % BLOCK_TOKENS for e in range(start, end)]
+
+    def _upload(self, values) -> torch.Tensor:
+        return upload(values, torch.long, self.kv.device)
+
+    # ----------------------------------------------------------------------------------------- before a read
+
+    def expose(self, n: int, s: int) -> None:
+        """Rows [0, n) each write entry ``lens[r]`` and read slots [0, s): give a block to each row whose blocks are
+        full, and upload the rows' slot table [n, s] for this step."""
+        for r in range(n):
+            if self.lens[r] >= len(self.blocks[r]) * BLOCK_TOKENS:
+                self._grow(r, self.lens[r] + 1)
+        table = self.table[:n, :blocks_for(s)]
+        if self.kv.device.type == "cuda":
+            table = torch.empty(table.shape, dtype=table.dtype, pin_memory=True).copy_(table)
+        table = table.to(self.kv.device, non_blocking=True)
+        self.slots = (table[:, :, None] * BLOCK_TOKENS + self._offsets).flatten(1)[:, :s]
+
+    def begin_prefill(self, row0: int, lens: list[int], t: int) -> None:
+        """Rows row0.. are about to be prefilled over t slots, holding ``lens`` entries: give them blocks; their
+        padding writes go to the sink."""
+        slots = []
+        for j, n in enumerate(lens):
+            self._grow(row0 + j, n)
+            slots.append(self._slot_list(self.blocks[row0 + j], 0, n) + [SINK * BLOCK_TOKENS] * (t - n))
+        self.prefill_slots = self._upload(slots)
+
+    # ----------------------------------------------------------------------------------------- device views
+
+    def layer(self, layer: int, row0: int, b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [B, H, S, D] of rows row0.. up to length ``s``: gathered from their blocks."""
+        kv = self.kv[layer][:, self.slots[row0:row0 + b, :s]].permute(1, 0, 2, 3)  # [B, 2H, S, D]
+        return kv[:, :self.kv_heads], kv[:, self.kv_heads:]
+
+    def step_index(self, lens: torch.Tensor) -> torch.Tensor:
+        """Slots [B] of rows 0..B-1's next entries (``lens`` [B], on the device)."""
+        return self.slots[torch.arange(lens.shape[0], device=lens.device), lens]
+
+    def write_step(self, layer: int, index: torch.Tensor, kv: torch.Tensor) -> None:
+        """Decode: store kv [B, 2H, D] (one new token per row) at the slots ``step_index`` gave."""
+        self.kv[layer].index_copy_(1, index, kv.transpose(0, 1))
+
+    def write_prefill(self, layer: int, row0: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k, v [B, H, T, D] of the rows ``begin_prefill`` prepared."""
+        kv = torch.cat([k, v], 1).permute(1, 0, 2, 3).flatten(1, 2)  # [2H, B * T, D]
+        self.kv[layer].index_copy_(1, self.prefill_slots.flatten(), kv)
+
+    # ----------------------------------------------------------------------------------------- bookkeeping
+
+    def prefilled(self, row0: int, lens: list[int], t: int) -> None:
+        for j, n in enumerate(lens):
+            self.lens[row0 + j] = n
+
+    def advance(self, n: int) -> None:
+        lens = self.lens
+        for r in range(n):
+            lens[r] += 1
+
+    # ----------------------------------------------------------------------------------------- fork, park, merge
+
+    def _copy(self, src: list[int], dst: list[int]) -> None:
+        if src:
+            self.kv[:, :, self._upload(dst)] = self.kv[:, :, self._upload(src)]
+
+    def copy_rows(self, src: list[int], dst: list[int]) -> None:
+        """Rows ``dst`` (empty) become copies of rows ``src``: whole blocks, one copy for all."""
+        pool = self.kv.unflatten(2, (-1, BLOCK_TOKENS))  # [layers, 2H, blocks, BLOCK, D], a view
+        from_blocks, to_blocks = [], []
+        for s, d in zip(src, dst):
+            n = self.lens[s]
+            self._grow(d, n)
+            from_blocks += self.blocks[s][:blocks_for(n)]
+            to_blocks += self.blocks[d]
+            self.lens[d] = n
+        if from_blocks:
+            pool[:, :, self._upload(to_blocks)] = pool[:, :, self._upload(from_blocks)]
+
+    def copy_spans(self, src: int, spans: list[tuple[int, int]], dst: int) -> None:
+        """Row ``dst`` (empty) gets row ``src``'s entries [a, b) of each span, one after another."""
+        n = sum(b - a for a, b in spans)
+        self._grow(dst, n)
+        from_slots = [x for a, b in spans for x in self._slot_list(self.blocks[src], a, b)]
+        self._copy(from_slots, self._slot_list(self.blocks[dst], 0, n))
+        self.lens[dst] = n
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Row ``src``'s blocks become row ``dst``'s (``dst`` was freed): no entry moves."""
+        self.blocks[dst], self.blocks[src] = self.blocks[src], []
+        self.lens[dst], self.lens[src] = self.lens[src], 0
+        self.table[dst] = self.table[src]
+
+    def take(self, row: int, start: int) -> Parked:
+        """Park: the row's entries from ``start`` on keep their blocks (the ones wholly before ``start`` go back);
+        the row is left empty."""
+        first = start // BLOCK_TOKENS
+        self._release(self.blocks[row][:first])
+        parked = Parked(self.blocks[row][first:], start - first * BLOCK_TOKENS, self.lens[row] - start)
+        self.blocks[row], self.lens[row] = [], 0
+        return parked
+
+    def extract(self, row: int, start: int, end: int) -> Parked:
+        """A parked copy of the row's entries [start, end), in blocks of its own."""
+        parked = Parked([self._alloc() for _ in range(blocks_for(end - start))], 0, end - start)
+        self._copy(self._slot_list(self.blocks[row], start, end), self._slot_list(parked.blocks, 0, parked.n))
+        return parked
+
+    def append(self, row: int, parked: Parked) -> None:
+        """Merge: add parked entries after the row's own; the parked blocks go back."""
+        start = self.lens[row]
+        self._grow(row, start + parked.n)
+        self._copy(self._slot_list(parked.blocks, parked.start, parked.start + parked.n),
+                   self._slot_list(self.blocks[row], start, start + parked.n))
+        self.lens[row] = start + parked.n
+        self.drop(parked)
+
+    def drop(self, parked: Parked) -> None:
+        self._release(parked.blocks)
+        parked.blocks = []
