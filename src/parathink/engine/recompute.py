@@ -7,6 +7,7 @@ model's own forward with the 4-D mask and position ids of ``parathink.modeling.s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -43,12 +44,13 @@ def recompute_logprobs(model, engine, samples: Sequence, with_entropy: bool = Fa
     targets = torch.cat([torch.as_tensor(list(s.response_ids), dtype=torch.long) for s in samples])
     rows, cols, source, targets = (t.to(device) for t in (rows, cols, source, targets))
     if projectable(inner):
-        hidden = final_hidden(model, ids.to(device), inputs)  # [B, L, H]
+        hidden, autocast = final_hidden(model, ids.to(device), inputs)  # [B, L, H]
         project = inner.lm_head
     else:
         hidden = model(input_ids=ids.to(device), **inputs).logits  # [B, L, V]: a model without an lm_head to chunk
-        project = None
-    logp, entropy = token_logprobs(project, hidden[rows, source], targets, chunk_tokens, with_entropy)  # [N]
+        project, autocast = None, contextlib.nullcontext()
+    with autocast:
+        logp, entropy = token_logprobs(project, hidden[rows, source], targets, chunk_tokens, with_entropy)  # [N]
     width = max(len(s.response_ids) for s in samples)
     logp = _scatter(logp, rows, cols, len(samples), width)  # [B, T]
     entropy = _scatter(entropy, rows, cols, len(samples), width) if with_entropy else None

@@ -18,17 +18,29 @@ def projectable(model) -> bool:
     return hasattr(model, "lm_head") and hasattr(model, "model")
 
 
-def final_hidden(model, ids: torch.Tensor, inputs: dict) -> torch.Tensor:
-    """The decoder's last hidden states [B, L, H] from a forward through ``model`` (the wrapper, if any) that
-    projects one position only."""
+def final_hidden(model, ids: torch.Tensor, inputs: dict):
+    """(the decoder's last hidden states [B, L, H], the autocast the forward ran under) from a forward through
+    ``model`` (the wrapper, if any) that projects one position only. accelerate's mixed precision wraps the forward
+    alone in autocast; the chunks are projected under the same one, so that they compute as the model's own
+    ``lm_head`` would have."""
+    import contextlib
+
     inner = getattr(model, "module", model)
-    seen: list[torch.Tensor] = []
-    hook = inner.model.register_forward_hook(lambda _m, _a, out: seen.append(out.last_hidden_state))
+    seen: list = []
+
+    def keep(_module, _args, out):
+        device = out.last_hidden_state.device.type
+        mode = (device, torch.get_autocast_dtype(device)) if torch.is_autocast_enabled(device) else None
+        seen.append((out.last_hidden_state, mode))
+
+    hook = inner.model.register_forward_hook(keep)
     try:
         model(input_ids=ids, logits_to_keep=1, **inputs)
     finally:
         hook.remove()
-    return seen[-1]
+    hidden, mode = seen[-1]
+    context = torch.autocast(mode[0], dtype=mode[1]) if mode else contextlib.nullcontext()
+    return hidden, context
 
 
 def chunk_logprobs(project, states: torch.Tensor, targets: torch.Tensor, with_entropy: bool):

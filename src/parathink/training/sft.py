@@ -235,9 +235,11 @@ class SFTTrainer(Trainer):
                                         num_items_in_batch=num_items_in_batch)
         inputs = dict(inputs)
         labels = inputs.pop("labels")[:, 1:]  # token t is predicted from position t - 1
-        hidden = final_hidden(model, inputs.pop("input_ids"), inputs)[:, :-1]  # [B, L-1, H]
+        hidden, autocast = final_hidden(model, inputs.pop("input_ids"), inputs)
+        hidden = hidden[:, :-1]  # [B, L-1, H]
         keep = labels != IGNORE
-        logp, _ = token_logprobs(inner.lm_head, hidden[keep], labels[keep], self.chunk_tokens)
+        with autocast:
+            logp, _ = token_logprobs(inner.lm_head, hidden[keep], labels[keep], self.chunk_tokens)
         denominator = num_items_in_batch if num_items_in_batch is not None else keep.sum().clamp(min=1)
         loss = -logp.sum() / denominator
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
