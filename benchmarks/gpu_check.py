@@ -1,111 +1,160 @@
 """The CUDA paths, checked and timed in one call on a lent GPU -> gpu.json (not part of `make bench`; docs/gpu.md).
 
-Each section is recorded whether it passes or fails, under a time box, so one failure or slowness does not hide
-or starve the others; the exit status is 1 if any failed:
+The call runs a plan: sections in order, each in a time box, the boxes summing to the call's budget (``BOXES``,
+asserted below). The cheapest and most informative sections come first, so a call cut short still answers the
+questions that matter most; each section is recorded whether it passes or fails, so one failure or slowness does
+not hide the others, and the exit status is 1 if any failed:
 
+- ``environment``: versions, the device and its memory.
+- ``qwen3_4b.*`` (``gpu_qwen3_4b``): Qwen3-4B's architecture with random bf16 weights: ``build``; ``ceilings``
+  (copy bandwidth, bf16 matmul rate); ``decode_check`` (CUDA graphs against the same decode without them: the same
+  tokens); ``decode`` (tokens/s at batch 1/16/64/256 against the bandwidth limit of the weight and KV bytes each
+  step reads); ``sft`` (tokens/s and MFU at 4,096 tokens); ``fork`` (K paths as rows against one stream); ``rl``
+  (one RL step sized by the memory model for an 80 GB GPU: its peak memory against the estimate).
 - ``consistency``: the engine's log-probs against the training forward on CUDA (toy model, every grammar, both
-  modes; the default decode there: CUDA graphs): fp32 (target <= 1e-4, as on CPU); bf16 weights; fp32 weights
-  with the training forward under bf16 autocast (what ``mixed_precision=bf16`` does in the RL update).
-- ``engine_tiny``: engine tokens/s against transformers' generate, and the fork speed-ups, on the tiny model.
-- ``qwen3_4b``: the real size (``gpu_qwen3_4b``): the graphs checked against eager decoding, then decode
-  tokens/s per batch for the engine and ``generate`` against the bandwidth limit, fork speed-ups, structured SFT
-  tokens/s and MFU at sequence 4096, one RL step; headline figures under fixed names.
-- ``stages``: ``parathink stage`` on CUDA from a run directory holding base, teacher and filter: sft in bf16, sft
-  and grpo_baseline under DeepSpeed ZeRO-2/3 (one process), rl_easy and grpo_baseline in bf16, eval.
+  modes, CUDA graphs on): fp32 (target <= 1e-4, as on CPU); bf16 weights; fp32 weights under bf16 autocast.
 
-Usage on the GPU machine (dependencies carried as wheels, docs/gpu.md):
-    python benchmarks/gpu_check.py --run-dir .gpu/run --quick       # about 8 minutes: --budget 450
-``--device cpu`` runs every section's logic at toy sizes (CI does, tests/test_gpu_check.py).
+The boxes are cooperative deadlines, not signals: a section calls ``deadline.check(...)`` between its units of work
+(a batch, a K, a step) and stops there when its box has ended, keeping what it measured. Nothing interrupts a unit,
+so no alarm can fire inside a ``torch.cuda.graph`` capture. The schedule is fixed from the start (section i ends by
+the sum of boxes 0..i), so a section that finishes early leaves its time to the next ones and the call ends by its
+budget; a watchdog thread writes the record and exits if a unit overruns the budget by ``GRACE_S``.
+
+``--plan stages`` runs ``parathink stage`` on CUDA instead (sft bf16, rl_easy and grpo_baseline bf16, eval, sft and
+grpo_baseline under ZeRO-2, grpo_baseline under ZeRO-3), from a run directory that ``gpu_prepare.sh`` makes.
+
+Usage on the GPU machine (dependencies carried as wheels, docs/gpu.md "The GPU check"):
+    python benchmarks/gpu_check.py --out $OUT        # 420 s of boxes; the device call's timeout_s: 480
+``--device cpu`` runs every section's code at toy sizes in well under a minute (CI does: tests/test_gpu_check.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import gc
 import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
+import accelerate
 import torch
+import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_engine
-import gpu_qwen3_4b
+import gpu_qwen3_4b as q4b
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
 from parathink.engine.toy import prompt_ids, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
-DEVICE = "cuda"  # --device cpu: a dry run of this script's logic on a machine without a GPU
-DEADLINE = float("inf")  # perf_counter() time by which the whole call must be done (--budget)
+
+# The call on a lent GPU: one device call of at most 10 minutes within 15 minutes of device time, a machine's start
+# (1-2 minutes) included, leaves room for one shorter rerun (--only). Seconds per section, in the order they run.
+BUDGET_S = 420
+BOXES: tuple[tuple[str, float], ...] = (
+    ("environment", 5),
+    ("qwen3_4b.build", 20),
+    ("qwen3_4b.ceilings", 10),
+    ("qwen3_4b.decode_check", 35),
+    ("qwen3_4b.decode", 110),
+    ("qwen3_4b.sft", 35),
+    ("qwen3_4b.fork", 40),
+    ("qwen3_4b.rl", 130),
+    ("consistency", 35),
+)
+STAGES_BOXES: tuple[tuple[str, float], ...] = (("environment", 5), ("stages", 415))
+PLANS = {"check": BOXES, "stages": STAGES_BOXES}
+for _name, _boxes in PLANS.items():
+    assert sum(s for _, s in _boxes) == BUDGET_S, f"the {_name} plan's boxes must sum to its budget"
+# What a section uses that an earlier one makes (``--only`` adds it).
+NEEDS = {"qwen3_4b.decode": ("qwen3_4b.build", "qwen3_4b.ceilings"), "qwen3_4b.decode_check": ("qwen3_4b.build",),
+         "qwen3_4b.sft": ("qwen3_4b.build",), "qwen3_4b.fork": ("qwen3_4b.build",)}
+GRACE_S = 30  # past the budget, the watchdog writes the record and ends the call (imports come before the clock)
+MIN_START_S = 1.0  # a section with less of its box left is skipped, and recorded so
+
+DEVICE = "cuda"  # --device cpu: a dry run of this script's code at toy sizes on a machine without a GPU
+FIGURES: dict = {}
+OUT_DIR: Path = ROOT / "bench-results"
+CURRENT = ["(starting)"]  # the section running now, for the watchdog's record
 
 
 class OutOfTime(Exception):
     pass
 
 
-_limits: list[float] = []  # the deadlines of the boxes currently open, innermost last
+@dataclass(frozen=True)
+class Deadline:
+    """The end of a section's box (``time.perf_counter()`` seconds); ``check`` between units of work."""
+
+    at: float
+    box_s: float
+
+    def left(self) -> float:
+        return self.at - time.perf_counter()
+
+    def check(self, before: str) -> None:
+        if time.perf_counter() >= self.at:
+            raise OutOfTime(f"its {self.box_s:.0f} s box ended before {before}")
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float):
-    """Raise OutOfTime in the block after ``seconds`` (or the enclosing box's deadline, if sooner)."""
-    deadline = min([time.perf_counter() + seconds, DEADLINE, *_limits])
-
-    def arm() -> None:
-        if _limits:
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, _limits[-1] - time.perf_counter()))
-        else:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-
-    def stop(signum, frame):
-        raise OutOfTime(f"over its time box ({seconds:.0f} s, or the call's --budget)")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    _limits.append(deadline)
-    arm()
-    try:
-        yield
-    finally:
-        _limits.pop()
-        arm()
-        signal.signal(signal.SIGALRM, previous)
+def schedule(boxes, budget: float | None = None) -> list[tuple[str, float]]:
+    """The boxes, scaled to ``budget`` when given, so that they always sum to the call's budget."""
+    total = sum(s for _, s in boxes)
+    factor = 1.0 if budget is None else budget / total
+    return [(name, s * factor) for name, s in boxes]
 
 
-def _remaining() -> float:
-    """Seconds left to the innermost open box (or the call's deadline)."""
-    return min([DEADLINE, *_limits]) - time.perf_counter()
+def run_plan(plan: list[tuple[str, float]], fns: dict, figures: dict, start: float | None = None) -> list[str]:
+    """Run each section by its fixed deadline (``start`` + its box + every box before it); the failed ones."""
+    start = time.perf_counter() if start is None else start
+    end, failed = start, []
+    for name, seconds in plan:
+        end += seconds
+        part = part_of(figures, name)
+        if not box(part, Deadline(end, seconds), fns[name], start) or failed_inside(part):
+            failed.append(name)
+        print(f"[gpu_check] {name}: {'FAILED' if name in failed else 'ok'} in {part['section_s']} s "
+              f"(box {seconds:.0f} s)", flush=True)
+    return failed
 
 
-def box(part: dict, seconds: float, fn) -> bool:
-    """Run ``fn(part)`` under a time box; record in ``part`` its seconds, peak GPU memory and any error (with the
-    traceback); True when it finished. Skipped when the call's time is spent."""
-    if DEADLINE - time.perf_counter() < 2:
-        part["error"] = "skipped: the call's --budget is spent"
+def part_of(figures: dict, name: str) -> dict:
+    """The record's dict for a section: ``qwen3_4b.decode`` is ``figures["qwen3_4b"]["decode"]``."""
+    for key in name.split("."):
+        figures = figures.setdefault(key, {})
+    return figures
+
+
+def box(part: dict, deadline: Deadline, fn, start: float) -> bool:
+    """Run ``fn(part, deadline)``; record in ``part`` its box, its seconds, peak GPU memory and any error (with the
+    traceback); True when it finished. Skipped when its box has ended already (earlier sections ran over)."""
+    part.update(box_s=round(deadline.box_s, 1), deadline_s=round(deadline.at - start, 1))
+    if deadline.left() < MIN_START_S:
+        part.update(error="skipped: its box ended before it could start (earlier sections ran over)", section_s=0.0)
         return False
-    if DEVICE == "cpu":
-        seconds *= 10  # the dry run checks logic, not speed, on CPUs far slower than the GPU host and often shared
     if DEVICE == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
     ok = True
     try:
-        with time_limit(seconds):
-            fn(part)
-    except Exception as e:  # recorded; the next part still runs
+        fn(part, deadline)
+    except Exception as e:  # recorded; the next section still runs
         ok = False
         part["error"] = f"{type(e).__name__}: {e}"[:3000]
         part["traceback"] = traceback.format_exc()[-3000:]
     part["section_s"] = round(time.perf_counter() - t, 1)
+    if deadline.left() < 0:  # a unit ran past the box's end: the next sections have that much less
+        part["over_box_s"] = round(-deadline.left(), 1)
     if DEVICE == "cuda":
         part["peak_gpu_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     gc.collect()
@@ -115,27 +164,51 @@ def box(part: dict, seconds: float, fn) -> bool:
     return ok
 
 
+def failed_inside(part: dict) -> bool:
+    """A section whose own parts failed (stages records each stage's error)."""
+    return any(isinstance(v, dict) and "error" in v for v in part.values())
+
+
+def start_watchdog(at: float) -> threading.Thread:
+    """At ``at`` (perf_counter seconds) write the record with what is done and end the process: a unit of work that
+    overruns the budget must not take the call past the device's limit with nothing written."""
+    def watch() -> None:
+        time.sleep(max(0.0, at - time.perf_counter()))
+        FIGURES["watchdog"] = f"cut at {GRACE_S} s past the budget, inside {CURRENT[0]}"
+        FIGURES.setdefault("failed_sections", []).append(CURRENT[0])
+        for _ in range(3):  # the main thread may be writing into the record
+            try:
+                write_record(copy.deepcopy(FIGURES))
+                break
+            except RuntimeError:
+                time.sleep(0.1)
+        print(f"[gpu_check] watchdog: {FIGURES['watchdog']}", flush=True)
+        os._exit(3)
+
+    thread = threading.Thread(target=watch, daemon=True, name="gpu_check watchdog")
+    thread.start()
+    return thread
+
+
 # ------------------------------------------------------------------------------------------------------- sections
 
 
-def environment(part: dict) -> None:
-    import accelerate
-    import transformers
-
+def environment(part: dict, deadline: Deadline) -> None:
     part.update(torch=torch.__version__, cuda=torch.version.cuda, transformers=transformers.__version__,
                 accelerate=accelerate.__version__, tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
-                python=platform.python_version())
+                python=platform.python_version(), cpus=os.cpu_count())
+    try:  # the version only: importing DeepSpeed costs seconds, and only the stages plan uses it
+        part["deepspeed"] = metadata.version("deepspeed")
+    except metadata.PackageNotFoundError:
+        part["deepspeed"] = None
     if DEVICE == "cuda":
+        props = torch.cuda.get_device_properties(0)
         part.update(device=torch.cuda.get_device_name(0), bf16_supported=torch.cuda.is_bf16_supported(),
-                    capability=".".join(map(str, torch.cuda.get_device_capability(0))))
-    try:
-        import deepspeed
-        part["deepspeed"] = deepspeed.__version__
-    except Exception as e:  # recorded, and the DeepSpeed stages below fail loudly on their own
-        part["deepspeed"] = f"not importable: {e}"
+                    capability=f"{props.major}.{props.minor}", memory_gib=round(props.total_memory / 2**30, 2),
+                    multiprocessors=props.multi_processor_count)
 
 
-def consistency(part: dict, prompts: int, samples_per_prompt: int, tokens: int) -> None:
+def consistency(part: dict, deadline: Deadline, prompts: int, samples_per_prompt: int, tokens: int) -> None:
     """Max |engine log-prob - training log-prob| per precision and mode, over all three grammars."""
     base, tok = toy_model()
     variants = {"fp32": (torch.float32, None), "bf16_weights": (torch.bfloat16, None),
@@ -143,6 +216,7 @@ def consistency(part: dict, prompts: int, samples_per_prompt: int, tokens: int) 
     for name, (dtype, autocast) in variants.items():
         model = copy.deepcopy(base).to(device=DEVICE, dtype=dtype)
         for mode in ("causal", "structured"):
+            deadline.check(f"{name} {mode}")
             worst, total, count, forks = 0.0, 0.0, 0, 0
             for grammar in ("parallel_r1", "npr", "parathinker"):
                 engine = Engine(model, tok, grammar, mode, num_paths=3 if grammar == "npr" else 2)
@@ -160,19 +234,6 @@ def consistency(part: dict, prompts: int, samples_per_prompt: int, tokens: int) 
     part["fp32_within_1e-4"] = all(part[f"fp32_{m}"]["max_abs_diff"] <= 1e-4 for m in ("causal", "structured"))
     if not part["fp32_within_1e-4"]:
         raise AssertionError("fp32 engine/training mismatch above 1e-4")
-
-
-def engine_tiny(part: dict, stream_tokens: int, ks: list[int], path_len: int, rounds: int) -> None:
-    """bench_engine's one-stream and fork measurements on the tiny model (fp32), the device synchronised, after
-    the CUDA-graph decode is checked against the decode without graphs."""
-    model, tok, which = bench_engine.tiny_model()
-    model.config.max_position_embeddings = max(model.config.max_position_embeddings, 4096)
-    model = model.to(DEVICE)
-    sync = torch.cuda.synchronize if DEVICE == "cuda" else None
-    part.update(model=which, dtype="float32")
-    gpu_qwen3_4b.decode_check(part.setdefault("decode_check", {}), model, tok, 16, 64)
-    part.update(gpu_qwen3_4b.wall_times(bench_engine.one_stream(model, tok, stream_tokens, rounds, sync)))
-    part.update(gpu_qwen3_4b.wall_times(bench_engine.fork_speedups(model, tok, ks, path_len, rounds, sync)))
 
 
 def _stage(run_dir: Path, name: str, overrides: list[str], env: dict | None, timeout: float) -> dict:
@@ -193,7 +254,7 @@ def _ds(zero: str, port: int) -> tuple[str, dict]:
     return str(ROOT / f"hydra_conf/deepspeed/{zero}.json"), env
 
 
-def stages(part: dict, src: Path, quick: bool) -> None:
+def stages(part: dict, deadline: Deadline, src: Path) -> None:
     """The stage CLI on CUDA; each run directory starts as a copy of ``src`` (base, teacher, filter)."""
     missing = [s for s in ("base", "teacher", "filter") if not (src / s / "_manifest.json").is_file()]
     if missing:  # said before anything is copied: a bare FileNotFoundError from copytree named no remedy
@@ -204,13 +265,11 @@ def stages(part: dict, src: Path, quick: bool) -> None:
     runs = {k: work / k for k in ("bf16", "deepspeed", "zero3")}
     for d in runs.values():
         shutil.copytree(src, d)
-    steps = "3" if quick else "8"
     (z2, env2), (z2b, env2b), (z3, env3) = _ds("zero2", 29511), _ds("zero2", 29512), _ds("zero3", 29513)
-    rl = [f"grpo_baseline.steps={steps}", "grpo_baseline.probe_prompts=16", "grpo_baseline.mixed_precision=bf16"]
+    rl = ["grpo_baseline.steps=3", "grpo_baseline.probe_prompts=16", "grpo_baseline.mixed_precision=bf16"]
     plan = [
-        ("bf16", "sft", ["sft.precision=bf16", "sft.max_minutes=2.0" if not quick else "sft.max_steps=40"], None),
-        ("bf16", "rl_easy", ["rl_easy.mixed_precision=bf16", f"rl_easy.steps={steps}", "rl_easy.probe_prompts=16"],
-         None),
+        ("bf16", "sft", ["sft.precision=bf16", "sft.max_steps=40"], None),
+        ("bf16", "rl_easy", ["rl_easy.mixed_precision=bf16", "rl_easy.steps=3", "rl_easy.probe_prompts=16"], None),
         ("bf16", "grpo_baseline", rl, None),
         ("bf16", "eval", ["eval.sets.easy.n=100", "eval.sets.hard.n=100", "eval.sets.easy.k=4", "eval.sets.hard.k=4",
                           "eval.models=[base,sft,rl_easy,grpo_baseline]"], None),
@@ -223,12 +282,11 @@ def stages(part: dict, src: Path, quick: bool) -> None:
     ]
     for run, name, overrides, env in plan:
         key = f"{run}/{name}"
-        # The stage's own timeout ends before the section's box, so that subprocess.run kills the stage it started
-        # (an alarm raised while it spawns one would leave the child running).
-        seconds = min(300.0, _remaining() - 5)
+        # The stage's own timeout ends with the box: subprocess.run kills the stage it started.
+        seconds = min(300.0, deadline.left())
         try:
             if seconds < 10:
-                raise OutOfTime("skipped: the section's time is spent")
+                raise OutOfTime("skipped: the section's box is spent")
             part[key] = _stage(runs[run], name, overrides, env, timeout=seconds)
         except Exception as e:
             part[key] = {"error": f"{type(e).__name__}: {e}"[-3000:]}
@@ -241,10 +299,29 @@ def stages(part: dict, src: Path, quick: bool) -> None:
         raise RuntimeError(f"stages failed: {failed}")
 
 
-# ------------------------------------------------------------------------------------------------------- the call
+def sections(args, bench: q4b.Bench) -> dict:
+    """name -> fn(part, deadline): the real sizes on a GPU, toy ones on a CPU."""
+    dry = DEVICE == "cpu"
+    fns = {"environment": environment,
+           "consistency": lambda p, d: consistency(p, d, 3 if dry else 16, 1 if dry else 2, 40 if dry else 96),
+           "stages": lambda p, d: stages(p, d, args.run_dir)}
+    for name in ("build", "ceilings", "decode_check", "decode", "sft", "fork", "rl"):
+        fns[f"qwen3_4b.{name}"] = _with_bench(getattr(q4b, name), bench)
+    return {name: _tracked(name, fn) for name, fn in fns.items()}
 
-FIGURES: dict = {}
-OUT_DIR: Path = ROOT / "bench-results"
+
+def _with_bench(fn, bench: q4b.Bench):
+    return lambda part, deadline: fn(part, deadline, bench)
+
+
+def _tracked(name: str, fn):
+    def run(part: dict, deadline: Deadline) -> None:
+        CURRENT[0] = name
+        fn(part, deadline)
+    return run
+
+
+# ------------------------------------------------------------------------------------------------------- the call
 
 
 def _save_partial() -> None:
@@ -253,49 +330,58 @@ def _save_partial() -> None:
         (Path(os.environ["OUT"]) / "gpu_partial.json").write_text(json.dumps(FIGURES, indent=1, default=str))
 
 
-def sections(args) -> dict:
-    """name -> (time box in seconds, fn(part)); the real sizes on a GPU, toy ones on a CPU."""
-    dry, quick = DEVICE == "cpu", args.quick
-    scale = gpu_qwen3_4b.DRY if dry else gpu_qwen3_4b.QUICK if quick else gpu_qwen3_4b.GPU
-    return {
-        "environment": (30, environment),
-        "consistency": (60, lambda p: consistency(p, 3 if dry else 16, 1 if dry else 2 if quick else 4,
-                                                  40 if dry else 96)),
-        "engine_tiny": (60, lambda p: engine_tiny(p, 32 if dry else 256, [2] if dry else [2, 4, 8, 16],
-                                                  8 if dry else 128, 1 if dry else 2)),
-        "qwen3_4b": (400, lambda p: p.update(gpu_qwen3_4b.run(scale, DEVICE, box))),
-        "stages": (300, lambda p: stages(p, args.run_dir, quick)),
-    }
+def select(plan_name: str, only: list[str] | None) -> list[tuple[str, float]]:
+    """The plan's boxes, or those of the sections ``only`` names (short names: ``decode`` is ``qwen3_4b.decode``)
+    and what they need: environment always, the 4B model's build before a section that uses it, the ceilings
+    before decode (its bandwidth limit)."""
+    boxes = PLANS[plan_name]
+    if not only:
+        return list(boxes)
+    wanted = {"environment"} | {n for n, _ in boxes for o in only if o in (n, n.split(".")[-1])}
+    for name, needs in NEEDS.items():
+        if name in wanted:
+            wanted |= set(needs)
+    unknown = [o for o in only if not any(o in (n, n.split(".")[-1]) for n, _ in boxes)]
+    if unknown:
+        raise SystemExit(f"gpu_check: --only {unknown}: not sections of the {plan_name} plan "
+                         f"({', '.join(n for n, _ in boxes)})")
+    return [(n, s) for n, s in boxes if n in wanted]
 
 
 def main() -> int:
-    global DEVICE, DEADLINE, OUT_DIR
+    global DEVICE, OUT_DIR
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run-dir", type=Path, default=ROOT / ".gpu/run", help="a run dir with base, teacher, filter")
-    ap.add_argument("--quick", action="store_true", help="fewer repeats and samples: the whole call in --budget")
-    ap.add_argument("--only", nargs="*", default=None, help="sections to run (default: all)")
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: dry-run the logic at toy sizes")
-    ap.add_argument("--budget", type=float, default=None, help="seconds for the whole call (default 450 with "
-                    "--quick, 540 without, 3600 for the CPU dry run); sections past it are skipped and recorded so")
+    ap.add_argument("--plan", default="check", choices=sorted(PLANS), help="check: the 4B sections and consistency; "
+                    "stages: the stage CLI on CUDA (needs --run-dir and DeepSpeed)")
+    ap.add_argument("--run-dir", type=Path, default=ROOT / ".gpu/run", help="stages: a run dir with base, teacher, "
+                    "filter (benchmarks/gpu_prepare.sh)")
+    ap.add_argument("--only", nargs="*", default=None, help="sections to run (default: the whole plan), each in its "
+                    "own box: a rerun of what a call did not finish")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: dry-run the code at toy sizes")
+    ap.add_argument("--budget", type=float, default=None, help=f"seconds for the whole call (default: the sum of "
+                    f"the chosen boxes, {BUDGET_S} for a whole plan); every box is scaled to it")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results", help="folder of the record")
     args = ap.parse_args()
     DEVICE, OUT_DIR = args.device, args.out
-    default_budget = 3600 if DEVICE == "cpu" else 450 if args.quick else 540
-    DEADLINE = time.perf_counter() + (args.budget or default_budget)
     if DEVICE == "cpu":
-        torch.set_num_threads(1)  # the dry run checks logic; one thread does not fight the other jobs on CI's cores
+        torch.set_num_threads(1)  # the dry run checks code; one thread does not fight the other jobs on CI's cores
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device visible (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
-    failed = []
-    for name, (seconds, fn) in sections(args).items():
-        if args.only and name not in args.only and name != "environment":
-            continue
-        part = FIGURES.setdefault(name, {})
-        if not box(part, seconds, fn) or _failed_inside(part):
-            failed.append(name)
-        print(f"[gpu_check] {name}: {'FAILED' if name in failed else 'ok'} in {part['section_s']} s", flush=True)
+    plan = schedule(select(args.plan, args.only), args.budget)
+    budget = sum(s for _, s in plan)
+    start = time.perf_counter()
+    FIGURES["plan"] = {"name": args.plan, "budget_s": round(budget, 3), "boxes_s": {n: round(s, 3) for n, s in plan},
+                       "boxes_sum_s": round(sum(s for _, s in plan), 3), "grace_s": GRACE_S}
+    start_watchdog(start + budget + GRACE_S)
+    bench = q4b.Bench(q4b.DRY if DEVICE == "cpu" else q4b.GPU, DEVICE, record=FIGURES.setdefault("qwen3_4b", {}))
+    failed = run_plan(plan, sections(args, bench), FIGURES, start)
+    if any(n.startswith("qwen3_4b.") for n, _ in plan):
+        FIGURES["qwen3_4b"]["headline"] = q4b.headline(FIGURES["qwen3_4b"], bench.scale)
+    else:
+        FIGURES.pop("qwen3_4b")
     FIGURES["failed_sections"] = failed
+    FIGURES["wall_s"] = round(time.perf_counter() - start, 1)
     path = write_record(FIGURES)
     if os.environ.get("OUT") and Path(os.environ["OUT"]).resolve() != path.parent.resolve():
         shutil.copy(path, Path(os.environ["OUT"]) / "gpu.json")
@@ -303,33 +389,25 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def _failed_inside(part: dict) -> bool:
-    """A section whose own parts failed (qwen3_4b boxes each of its parts)."""
-    return any(isinstance(v, dict) and "error" in v for v in part.values())
-
-
 def write_record(figures: dict) -> Path:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     path = OUT_DIR / ("gpu.json" if DEVICE == "cuda" else "gpu_dry_run.json")
-    record = {"benchmark": "gpu_check", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, **figures}
+    record = {"benchmark": "gpu_check", "device_kind": DEVICE,
+              "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures}
     path.write_text(json.dumps(record, indent=1, default=str) + "\n")
     return path
 
 
 def summary(f: dict) -> str:
     """The few lines worth reading first (the whole record is in the JSON)."""
-    lines = [f"== gpu_check on {f['environment'].get('device', DEVICE)}; failed: {f['failed_sections'] or 'none'}"]
+    p = f["plan"]
+    lines = [f"== gpu_check on {f['environment'].get('device', DEVICE)}: plan {p['name']}, {f['wall_s']} s of a "
+             f"{p['budget_s']:.0f} s budget; failed: {f['failed_sections'] or 'none'}"]
+    lines += _summary_4b(f.get("qwen3_4b", {}))
     for k, v in f.get("consistency", {}).items():
         if isinstance(v, dict):
             lines.append(f"consistency {k}: max {v['max_abs_diff']:.2e} mean {v['mean_abs_diff']:.2e} "
                          f"({v['tokens']} tokens, {v['forks']} forks)")
-    e = f.get("engine_tiny", {})
-    if "engine_tok_s" in e:
-        lines.append(f"engine_tiny: engine {e['engine_tok_s']:.0f} tok/s, generate {e['hf_generate_tok_s']:.0f} tok/s "
-                     f"(x{e['engine_over_hf']:.2f}); fork speedup "
-                     + ", ".join(f"K={k}: {v:.2f}" for k, v in e["fork_speedup"].items()))
-    lines += _summary_4b(f.get("qwen3_4b", {}))
     for k, v in f.get("stages", {}).items():
         if isinstance(v, dict) and "wall_s" in v:
             m = v["metrics"]
@@ -337,7 +415,7 @@ def summary(f: dict) -> str:
                                                 "probe_accuracy_start", "probe_accuracy_end", "seconds") if x in m}
             lines.append(f"stage {k}: {v['wall_s']} s {keep}")
     for name in f["failed_sections"]:
-        part = f[name]
+        part = part_of(copy.deepcopy(f), name)
         errors = [part.get("error")] + [f"{k}: {v['error']}" for k, v in part.items()
                                         if isinstance(v, dict) and "error" in v]
         lines.append(f"FAILED {name}: " + " | ".join(e[:400] for e in errors if e))
@@ -347,9 +425,9 @@ def summary(f: dict) -> str:
 def _summary_4b(q: dict) -> list[str]:
     lines = []
     c = q.get("ceilings", {})
-    if "bandwidth_gb_s" in c:
-        lines.append(f"qwen3_4b ceilings: copy {c['bandwidth_gb_s']:.0f} GB/s, "
-                     f"bf16 matmul {c['matmul_tflops']:.0f} TFLOP/s")
+    if "matmul_tflops" in c:
+        lines.append(f"qwen3_4b ceilings: copy {c['bandwidth_gb_s']:.0f} GB/s, bf16 matmul {c['matmul_tflops']:.0f} "
+                     "TFLOP/s")
     d = q.get("decode_check", {})
     if "passed" in d:
         lines.append(f"qwen3_4b decode_check: passed={d['passed']} ({d['forks']} forks; graphs vs eager "
@@ -357,23 +435,32 @@ def _summary_4b(q: dict) -> list[str]:
                      f"{d.get('host_syncs_per_step', 'n/a')}, inside the decode step "
                      f"{d.get('decode_step_host_syncs', 'n/a')})")
     for b, row in q.get("decode", {}).items():
-        if isinstance(row, dict) and "generate_tok_s" in row:
+        if isinstance(row, dict) and "engine_tok_s" in row:
             frac = row.get("engine_bandwidth_fraction")
+            kv = row.get("engine_limit", {}).get("kv_share_of_bytes")
             lines.append(f"qwen3_4b decode b={b}: engine {row['engine_tok_s']:.0f} tok/s"
-                         + (f" ({frac:.1%} of the bandwidth limit)" if frac is not None else "")
-                         + f", generate {row['generate_tok_s']:.0f} (x{row['engine_over_generate']:.2f})")
-    fork = q.get("fork", {}).get("fork_speedup")
-    if fork:
-        lines.append("qwen3_4b fork speedup " + ", ".join(f"K={k}: {v:.2f}" for k, v in fork.items()))
+                         + (f" ({frac:.1%} of the limit; KV {kv:.0%} of its bytes)" if frac is not None else "")
+                         + (f", generate {row['generate_tok_s']:.0f} (x{row['engine_over_generate']:.2f})"
+                            if "generate_tok_s" in row else "")
+                         + (f", no graphs {row['no_graphs_tok_s']:.0f} (same tokens: {row['no_graphs_same_tokens']})"
+                            if "no_graphs_tok_s" in row else "")
+                         + (f", paged {row['paged_tok_s']:.0f}" if "paged_tok_s" in row else ""))
     s = q.get("sft", {})
     if "tokens_per_s" in s:
         mfu = f", MFU {s['mfu']:.1%}" if s.get("mfu") is not None else ""
         lines.append(f"qwen3_4b sft {s['sequence']}: {s['tokens_per_s']:.0f} tok/s{mfu}, attention kernel "
-                     f"{s['attention']['kernel']}")
+                     f"{s['attention']['kernel']}, checkpointing {s['gradient_checkpointing']}, peak "
+                     f"{s['memory']['measured_peak_gib']:.2f} GiB vs estimate {s['memory']['estimate_gib']:.2f}")
+    fork = q.get("fork", {}).get("fork_speedup")
+    if fork:
+        lines.append("qwen3_4b fork speedup " + ", ".join(f"K={k}: {v:.2f}" for k, v in fork.items()))
     r = q.get("rl", {})
     if "update_recompute_s" in r:
-        lines.append(f"qwen3_4b rl step: rollout {r['rollout_s']:.1f} s ({r['generated_tokens']} tokens), update "
-                     f"{r['update_engine_s']:.1f} s, with recompute {r['update_recompute_s']:.1f} s")
+        m = r["memory"]
+        lines.append(f"qwen3_4b rl step ({r['layers']} layers, {r['params'] / 1e9:.2f}B): rollout {r['rollout_s']:.1f} "
+                     f"s ({r['generated_tokens']} tokens), update {r['update_engine_s']:.1f} s, with recompute "
+                     f"{r['update_recompute_s']:.1f} s; peak {m['measured_peak_gib']:.2f} GiB vs estimate "
+                     f"{m['estimate_gib']:.2f} (x{m['measured_over_estimate']:.2f})")
     if q.get("headline"):
         lines.append(f"qwen3_4b headline: {json.dumps(q['headline'])}")
     return lines
