@@ -50,3 +50,42 @@ def test_fp32_stage_publishes_fp32_as_before(tiny_checkpoint, tmp_path):
     ctx, _ = train_standalone(rl_cfg(steps=1, checkpoint_every=10), tmp_path, tiny_checkpoint)
     end = load_file(str(ctx.out_dir / "model" / "model.safetensors"))
     assert all(v.dtype == torch.float32 for v in end.values())
+
+
+ZERO2_SCRIPT = """
+import importlib.util, sys, torch
+from parathink import distributed
+from parathink.rewards import register
+from parathink.stages.context import StageContext
+from parathink.training.rl import train
+distributed.group()
+spec = importlib.util.spec_from_file_location("rl_helpers", sys.argv[1])
+helpers = importlib.util.module_from_spec(spec); spec.loader.exec_module(helpers)
+torch.set_num_threads(1)
+register("test_digits")(helpers.digit_share)  # varies within groups: every step trains
+cfg = helpers.rl_cfg(steps=2, lr=1e-6, checkpoint_every=10, deepspeed=sys.argv[4], mixed_precision="bf16")
+ctx = StageContext.standalone("rl_test", sys.argv[3])
+train(cfg, ctx, sys.argv[2], stage="rl_test", grammar="parallel_r1", model_cfg={"dtype": "bfloat16"})
+"""
+
+
+@pytest.mark.slow  # two torchrun processes under DeepSpeed (~1-2 min)
+def test_zero2_bf16_stage_starts_from_and_publishes_the_fp32_masters(tiny_checkpoint, tmp_path, torchrun):
+    """Under DeepSpeed its bf16 optimiser keeps the masters: the stage sets them from the start checkpoint's fp32
+    values and publishes them gathered. A start from the bf16 rounding would move weights by up to half a bf16
+    step (~1e-4 here); two steps at lr 1e-6 move each by at most ~2e-6."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve()
+    script = tmp_path / "zero2_bf16.py"
+    script.write_text(ZERO2_SCRIPT)
+    zero2 = here.parents[2] / "hydra_conf" / "deepspeed" / "zero2.json"
+    out = tmp_path / "out"
+    proc = torchrun(str(script), str(here.with_name("rl_helpers.py")), str(tiny_checkpoint), str(out), str(zero2),
+                    timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = load_file(str(tiny_checkpoint / "model.safetensors"))
+    end = load_file(str(out / "rl_test" / "model" / "model.safetensors"))
+    assert all(v.dtype == torch.float32 for v in end.values())
+    assert max(float((end[k] - start[k]).abs().max()) for k in start) < 1e-5
+    assert _moved(tiny_checkpoint, out / "rl_test") >= 0.9

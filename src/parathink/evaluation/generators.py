@@ -17,7 +17,7 @@ from parathink.evaluation.evaluate import TextGenerator
 
 def engine_generator(model: Any, tokenizer: Any, *, grammar: str, mode: str, num_paths: int,
                      temperature: float, top_p: float, max_new_tokens: int, batch_size: int,
-                     seed: int) -> tuple[TextGenerator, str]:
+                     seed: int, kv_cache_bytes: int | None = None) -> tuple[TextGenerator, str]:
     """(generator, name of the backend used)."""
     try:
         from parathink.engine import Engine, SamplingConfig
@@ -28,7 +28,7 @@ def engine_generator(model: Any, tokenizer: Any, *, grammar: str, mode: str, num
               file=sys.stderr)
         return _hf_generator(model, tokenizer, temperature, top_p, max_new_tokens, batch_size, seed), "hf_generate"
 
-    engine = Engine(model, tokenizer, grammar=grammar, mode=mode, num_paths=num_paths)
+    engine = Engine(model, tokenizer, grammar=grammar, mode=mode, num_paths=num_paths, kv_cache_bytes=kv_cache_bytes)
     calls = [0]
 
     def generate(prompts: Sequence[str], num_samples: int) -> list[list[str]]:

@@ -137,9 +137,10 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         log(f"{stage}: WARNING: the safety stop {stage}.max_minutes={cfg.max_minutes} cut RL short at step {step} "
             f"of {cfg.steps}; the stage's gate fails (raise {stage}.max_minutes, or set it to 0 for no stop)")
     probe_end = run_probe(run.engine, probe, cfg, grammar, ctx.seed, procs) if probe else []
+    masters = deepspeed_masters(run.model, keep=procs.is_main)  # every process: the gather is a collective
     if not procs.is_main:
         return {}
-    summary = publish(run, Path(ctx.out_dir), metrics_path)
+    summary = publish(run, Path(ctx.out_dir), metrics_path, masters)
     summary["planned_steps"] = float(cfg.steps)
     if probe:
         summary.update(probe_summary(probe_start, probe_end, run.reward_fn, grammar, step))
@@ -208,14 +209,82 @@ def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str,
     problems = setup_problems(cfg, tokenizer, seed, stage)  # before any rollout: budget errors first
     optimizer, scheduler = build_optimizer(model, cfg, masters)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if plugin is not None:
+        load_deepspeed_masters(model, init_dir)  # a chain of stages keeps the digits bf16 rounds away
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
     policy = sampling_policy(accelerator, model, whole_copy)
     engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths, min_fork_budget=cfg.min_fork_budget,
-                    cuda_graphs=cfg.cuda_graphs)
+                    cuda_graphs=cfg.cuda_graphs, kv_cache_bytes=kv_cache_bytes(cfg, policy, dtype, stage, procs_size()))
     return Setup(accelerator=accelerator, model=model, policy=policy, ref_model=ref_model, engine=engine,
                  optimizer=optimizer, scheduler=scheduler, tokenizer=tokenizer, problems=problems,
                  reward_fn=reward_fn, zero3=whole_copy is not None)
+
+
+def deepspeed_masters(model, keep: bool) -> dict[str, torch.Tensor] | None:
+    """Under DeepSpeed with half-precision parameters: the whole fp32 masters (its bf16 optimiser's partitions,
+    gathered one parameter at a time; every process must call this), on the CPU where ``keep``; else None."""
+    if not hasattr(model, "module") or not hasattr(model, "zero_optimization_stage"):
+        return None  # not a DeepSpeed engine
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    inner = model.module
+    if not any(p.dtype in (torch.bfloat16, torch.float16) for p in inner.parameters()):
+        return None
+    names = {id(p): n for n, p in inner.named_parameters()}
+    gathered = {}
+    for name, p in inner.named_parameters():
+        full = safe_get_full_fp32_param(p)
+        if full is not None and keep:
+            gathered[name] = full.detach().cpu()
+    if not keep:
+        return None
+    # a tied weight under each of its names, as the state dict has it
+    return {key: gathered.get(names.get(id(v), key), v.detach().cpu())
+            for key, v in inner.state_dict(keep_vars=True).items()}
+
+
+def load_deepspeed_masters(model, init_dir: Path) -> int:
+    """Under DeepSpeed with half-precision parameters: its fp32 master partitions take the start checkpoint's fp32
+    values (a stage published with masters), not their bf16 rounding; returns how many parameters were set."""
+    if not hasattr(model, "zero_optimization_stage"):
+        return 0
+    from deepspeed.utils import safe_set_full_fp32_param
+    from safetensors import safe_open
+
+    files = sorted(Path(init_dir).glob("*.safetensors"))
+    values: dict[str, torch.Tensor] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            for key in handle.keys():
+                if handle.get_slice(key).get_dtype() == "F32":
+                    values[key] = handle.get_tensor(key)
+    done = 0
+    for name, p in model.module.named_parameters():
+        if p.dtype in (torch.bfloat16, torch.float16) and name in values:
+            safe_set_full_fp32_param(p, values[name].to(p.device))
+            done += 1
+    return done
+
+
+def procs_size() -> int:
+    return distributed.group().size
+
+
+def kv_cache_bytes(cfg: RLConfig, policy, dtype: str, stage: str, gpus: int) -> int | None:
+    """The engine's KV cache budget: ``kv_cache_gib`` when set; on a GPU what the memory model leaves of
+    ``gpu_memory_utilization`` of it (the figure ``parathink plan`` printed); None on a CPU (the call's worst case)."""
+    if cfg.kv_cache_gib > 0:
+        return int(cfg.kv_cache_gib * 2**30)
+    if not torch.cuda.is_available():
+        return None
+    from parathink import memory_model
+    from parathink.engine.kv_budget import dtype_bytes
+
+    arch = memory_model.Arch.from_cfg(policy.config.to_dict(), f"{stage} model config")
+    capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    budget = memory_model.rl_budget(arch, dtype_bytes(dtype), cfg, stage, gpus, capacity)
+    return budget.parts["kv_cache"]
 
 
 def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Problem]:
@@ -264,13 +333,14 @@ def resume(run: Setup, work_dir: Path, metrics_path: Path, procs: distributed.Gr
     return start, int(state.get("nan_run", 0))
 
 
-def publish(run: Setup, out_dir: Path, metrics_path: Path) -> dict[str, float]:
+def publish(run: Setup, out_dir: Path, metrics_path: Path, masters: dict | None = None) -> dict[str, float]:
     """The trained policy, the step log and the steps' times into the stage's output (rank 0); the summary of the
     steps."""
     from parathink.modeling import save_model
 
     # Whole on rank 0 under ZeRO-3 too (the synced copy); with masters, their fp32 values, not the rounded weights.
-    save_model(run.policy, run.tokenizer, out_dir / "model", state_dict=full_precision_state(run.model, run.optimizer))
+    full = masters if masters is not None else full_precision_state(run.model, run.optimizer)
+    save_model(run.policy, run.tokenizer, out_dir / "model", state_dict=full)
     if metrics_path.exists():
         (out_dir / "metrics.jsonl").write_text(metrics_path.read_text(encoding="utf-8"), encoding="utf-8")
     timed = _read_metrics(_timings_path(metrics_path))
