@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Quiet progress bars and unbuffered logs under CI.
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test test-fast test-kernels bench lint clean
+.PHONY: venv demo test test-fast test-kernels bench gpu-check-dry lint clean
 
 venv: $(STAMP)
 
@@ -63,6 +63,12 @@ test-kernels: $(STAMP)
 bench: $(STAMP)
 	mkdir -p bench-results
 	set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+# The GPU check's dry run: every section of benchmarks/gpu_check.py at toy sizes on the CPU (about 30 s), its record
+# in bench-results/gpu_dry_run.json. CI runs it through `make test` (tests/test_gpu_check.py); the real call is one
+# device command (docs/gpu.md, "The GPU check").
+gpu-check-dry: $(STAMP)
+	$(PY) benchmarks/gpu_check.py --device cpu --out bench-results
 
 # ruff with the rules of pyproject.toml's [tool.ruff] (pinned in the dev extra); `make test` runs it first.
 lint: $(STAMP)
