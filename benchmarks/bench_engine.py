@@ -8,6 +8,9 @@
   with the path closers banned so every path runs exactly 128 tokens until the budget closes it).
 - ``rollout_tok_s``: an RL-shaped rollout on the same model: ROLLOUT_PROMPTS prompts x ROLLOUT_SAMPLES samples,
   ROLLOUT_TOKENS new tokens each (EOS banned), temperature 1, ROLLOUT_BATCH rows in flight (causal mode).
+- ``constrained_*``: the same rollout under a KV budget of CONSTRAINED_FRACTION of what the unbudgeted engine
+  allocates (``Engine(kv_cache_bytes=...)``: paged, preempting and recomputing): its throughput, preemptions,
+  recomputed tokens, peak KV bytes, and whether it sampled exactly the unconstrained run's tokens.
 - ``vs_previous``: each speed figure over the same figure of the newest earlier result
   (``bench-results/engine-*.json``; every run also keeps its own timestamped copy there), so a slowdown shows.
 - ``max_logprob_diff_*``: engine log-probs against the training forward (``recompute_logprobs``), on the toy
@@ -36,8 +39,10 @@ from parathink.engine.toy import prompt_ids, toy_model
 ROOT = Path(__file__).resolve().parent.parent
 NEG = float("-inf")
 ROLLOUT_PROMPTS, ROLLOUT_SAMPLES, ROLLOUT_TOKENS, ROLLOUT_BATCH = 8, 8, 96, 32
+CONSTRAINED_FRACTION = 0.25
 # Figures compared with the previous run (higher is faster).
-SPEED_KEYS = ("engine_tok_s", "engine_tok_per_cpu_s", "rollout_tok_s", "rollout_tok_per_cpu_s")
+SPEED_KEYS = ("engine_tok_s", "engine_tok_per_cpu_s", "rollout_tok_s", "rollout_tok_per_cpu_s",
+              "constrained_rollout_tok_s", "constrained_rollout_tok_per_cpu_s")
 
 
 def tiny_model():
@@ -138,24 +143,40 @@ def fork_speedups(model, tok, ks: list[int], path_len: int, rounds: int, sync=No
 
 
 def rollout(model, tok, rounds: int, quick: bool, sync=None) -> dict:
-    """RL-shaped rollout throughput (response tokens per second of wall and of CPU time)."""
+    """RL-shaped rollout throughput (response tokens per second of wall and of CPU time), without a KV budget and
+    with CONSTRAINED_FRACTION of the cache the unbudgeted call allocates."""
     n_prompts, n_new = (4, 32) if quick else (ROLLOUT_PROMPTS, ROLLOUT_TOKENS)
     prompts = [tok.encode(f"Problem: Tom has {i} apples and buys {i + 7} more. How many now?\nSolution:\n",
                           add_special_tokens=False) for i in range(n_prompts)]
-    engine = Engine(model, tok, "parallel_r1", "causal")
     sampling = SamplingConfig(max_new_tokens=n_new, batch_size=ROLLOUT_BATCH, seed=0,
                               logit_bias={tok.eos_token_id: NEG})
     tokens = n_prompts * ROLLOUT_SAMPLES * n_new
+    free = Engine(model, tok, "parallel_r1", "causal")
+    out: dict = {}
 
-    def run():
+    def run(engine, key):
         samples = engine.generate(prompts, sampling, num_samples=ROLLOUT_SAMPLES)
         assert sum(len(s.response_ids) for s in samples) == tokens
+        out[key] = [s.response_ids for s in samples]
 
     with torch.no_grad():
-        run()  # warm-up
-        t = best({"rollout": run}, rounds, sync)
+        run(free, "free")  # warm-up, and the size of the unbudgeted cache
+        worst = free.stats["kv_cache_bytes"]
+        tight = Engine(model, tok, "parallel_r1", "causal", kv_cache_bytes=int(worst * CONSTRAINED_FRACTION))
+        run(tight, "tight")
+        t = best({"rollout": lambda: run(free, "free"), "constrained": lambda: run(tight, "tight")}, rounds, sync)
+    stats = tight.stats
     return {"rollout_tok_s": tokens / t["rollout"], "rollout_tok_per_cpu_s": tokens / t["rollout_cpu"],
-            "rollout_tokens": tokens, "rollout_rows_in_flight": ROLLOUT_BATCH}
+            "rollout_tokens": tokens, "rollout_rows_in_flight": ROLLOUT_BATCH, "rollout_kv_cache_bytes": worst,
+            "constrained_rollout_tok_s": tokens / t["constrained"],
+            "constrained_rollout_tok_per_cpu_s": tokens / t["constrained_cpu"],
+            "constrained_over_unconstrained": t["rollout"] / t["constrained"],
+            "constrained_kv_budget_bytes": int(worst * CONSTRAINED_FRACTION),
+            "constrained_kv_cache_bytes": stats["kv_cache_bytes"], "constrained_peak_kv_bytes": stats["peak_kv_bytes"],
+            "constrained_preemptions": stats["preemptions"],
+            "constrained_recomputed_tokens": stats["recomputed_tokens"],
+            "constrained_max_rows_in_flight": stats["max_rows_in_flight"],
+            "constrained_same_tokens": out["free"] == out["tight"]}
 
 
 def vs_previous(figures: dict) -> dict:
