@@ -9,7 +9,8 @@ output. It records the config hash (the stage's own section plus the shared keys
 S3's ETag remotely, so that a later check costs a ``stat`` or one listing), the metrics ``run`` returned, the
 times, and the verdict of the stage's quality gate (``gates``; its report lives in ``_gates/``, outside the output
 hash, so that a gate evaluated again leaves the output's identity alone). A rerun skips the stage when all of these
-still hold (``parathink.stages.runner.is_up_to_date``).
+still hold (``parathink.stages.runner.is_up_to_date``). An output copied from the stage cache keeps its producer's
+manifest and says where it came from (``origin``: that run directory and the cache key).
 
 The output hash covers every file of the folder but three: this manifest, ``_gates/`` and ``_timings.json`` (what
 the run measured about itself, ``parathink.stages.timings``). So two runs of the same config, seed and inputs into
@@ -97,6 +98,8 @@ def _check(data: dict) -> None:
         raise ManifestDamaged("'external' is not an object")
     if not isinstance(data.get("gates") or {}, dict):
         raise ManifestDamaged("'gates' is not an object")
+    if not isinstance(data.get("origin") or {}, dict):
+        raise ManifestDamaged("'origin' is not an object")
     for rel, meta in {**data["outputs"], **data.get("external", {})}.items():
         if not isinstance(meta, dict):
             raise ManifestDamaged(f"the record of {rel!r} is not an object")
@@ -125,6 +128,9 @@ class Manifest:
     duration_s: float = 0.0
     mlflow_run_id: str | None = None
     gates: dict | None = None  # the quality gate's verdict (parathink.quality.expectations.Verdict.to_record)
+    # Where a stage cache hit came from (parathink.stages.stage_cache): {run_dir: the run that produced the output,
+    # key: its cache key}; None for an output produced in its own run directory.
+    origin: dict | None = None
     version: int = 2
 
     def to_json(self) -> str:
