@@ -108,6 +108,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         t0 = time.perf_counter()
         local = sample_my_share(run, cfg, grammar, step, ctx.seed, procs)
         t1 = time.perf_counter()
+        engine_stats = engine_record(run.engine)
         everyone, batch = gather_step(local, cfg, procs)
         record = step_metrics(batch, run.tokenizer)
         stats, skipped = learn(run, cfg, batch, local, procs)
@@ -115,7 +116,7 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
         t2 = time.perf_counter()
         nan_run = nan_run + 1 if skipped else 0
         record.update({"step": step, "skipped_nan": float(bool(skipped)), "rollout_s": t1 - t0, "update_s": t2 - t1,
-                       "tokens_per_s": sum(r.n_tokens for r in everyone) / max(t1 - t0, 1e-9)})
+                       "tokens_per_s": sum(r.n_tokens for r in everyone) / max(t1 - t0, 1e-9), **engine_stats})
         if procs.is_main:
             log_step(ctx.tracker, metrics_path, record, step)
         if skipped and nan_run >= cfg.max_nan_steps:
@@ -633,7 +634,18 @@ def probe_summary(start: list[dict], end: list[dict], reward_fn, grammar: str, s
 
 # A step's wall-clock figures: to the tracker with the rest, but kept out of metrics.jsonl (hashed with the output)
 # in a file of their own, published as the ``steps`` of ``_timings.json`` (parathink.stages.timings).
-STEP_TIMINGS = ("rollout_s", "update_s", "tokens_per_s")
+# How the engine held the step's rollouts (its KV budget's peak, preemptions and recomputed tokens): what the machine
+# did, not what was learnt (a bounded cache samples the same tokens), so kept out of metrics.jsonl with the times.
+ENGINE_STATS = {"peak_kv_bytes": "kv_peak_gib", "preemptions": "kv_preemptions", "recomputed_tokens": "kv_recomputed"}
+STEP_TIMINGS = ("rollout_s", "update_s", "tokens_per_s", *ENGINE_STATS.values())
+
+
+def engine_record(engine) -> dict[str, float]:
+    stats = getattr(engine, "stats", None) or {}
+    out = {name: float(stats[key]) for key, name in ENGINE_STATS.items() if key in stats}
+    if "kv_peak_gib" in out:
+        out["kv_peak_gib"] /= 2**30
+    return out
 
 
 def _timings_path(metrics_path: Path) -> Path:
