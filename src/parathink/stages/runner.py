@@ -8,10 +8,12 @@ Per stage (docs/design.md, "The curriculum"):
 1. the config hash covers the stage's section plus the shared keys it reads (``manifest.stage_config``);
 2. a stage whose published manifest has the same config hash, whose recorded inputs still have the same
    output hashes, and whose files are intact is skipped;
-3. otherwise ``run(cfg, ctx)`` writes into a fresh temp folder; ``ctx.work_dir`` survives a kill (the stage
+3. otherwise, with a ``stage_cache`` set, an output of the same stage, config, seed and inputs that another run
+   directory stored there is checked file by file and published as this one's (``parathink.stages.stage_cache``);
+4. otherwise ``run(cfg, ctx)`` writes into a fresh temp folder; ``ctx.work_dir`` survives a kill (the stage
    keeps checkpoints there) unless the config hash changed; on return the runner hashes the outputs, writes
-   the manifest and publishes atomically, then clears ``work_dir``.
-Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does 2 and 3's bookkeeping; stages
+   the manifest and publishes atomically (and stores it in the stage cache), then clears ``work_dir``.
+Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does 2 to 4's bookkeeping; stages
 marked ``data_parallel`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
 Stages are imported lazily by name (``parathink.stages.<name>``, ``parathink.stages.BUILTIN``, or the config's
 ``stage_modules`` mapping: a dotted module, ``module:attribute`` or a ``.py`` file), so a missing stage is a
@@ -36,7 +38,7 @@ from omegaconf import DictConfig
 
 from parathink import cluster, distributed, memory, provenance, storage
 from parathink.config import compose
-from parathink.errors import ConfigError
+from parathink.errors import ConfigError, Unavailable
 from parathink.evaluation import results as results_file
 from parathink.exits import EXIT_OK, guarded
 from parathink.jsonl import load_record
@@ -47,7 +49,8 @@ from parathink.stages import BUILTIN, gating
 from parathink.stages.context import StageContext
 from parathink.stages.contract import StageSpec, spec_of
 from parathink.stages.manifest import GATES, Manifest, config_hash, stage_config
-from parathink.stages.rundir import RunDir
+from parathink.stages.rundir import RunDir, warn
+from parathink.stages.stage_cache import EntryDamaged, Hit, StageCache
 
 ATTEMPT = "_attempt.json"  # in work_dir: which config hash the scratch belongs to
 
@@ -99,6 +102,14 @@ def _validate_run(cfg: DictConfig) -> None:
         storage.check_uri(str(run_dir))
     except storage.StorageError as err:
         raise ConfigError(f"run_dir: {err}") from None
+    where = cfg.get("stage_cache")
+    if where is not None:
+        try:
+            storage.check_uri(str(where))
+        except storage.StorageError as err:
+            raise ConfigError(f"stage_cache: {err}") from None
+        if not str(where).strip():
+            raise ConfigError("stage_cache: must be null, a local path or an s3:// URI, got ''")
     if not isinstance(cfg.get("seed"), int) or isinstance(cfg.seed, bool):
         raise ConfigError(f"seed: must be an integer, got {cfg.get('seed')!r}")
     if "tracking" in cfg and str(cfg.tracking.backend) not in TRACKING_BACKENDS:
@@ -228,9 +239,19 @@ def _lead_stage(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tr
                 procs: distributed.Group, section: dict, chash: str, lock) -> dict:
     """Rank 0: skip the stage when it is up to date, else run it, judge its gate and publish."""
     forced = name in list(cfg.get("force", []))
-    skip, why = procs.broadcast(is_up_to_date(rundir, name, chash))
+    cache = StageCache.from_config(cfg)
+    decision = is_up_to_date(rundir, name, chash)
+    hit = None
+    if not decision[0] and not forced and cache is not None:
+        hit = _from_cache(cache, name, chash, int(cfg.seed), rundir)
+        decision = (True, "cache hit") if hit else (False, f"{decision[1]}; not in the stage cache")
+    skip, why = procs.broadcast(decision)
     if skip and not forced:
-        return _skip(cfg, name, stage, rundir, tracking, why)
+        if hit is not None:
+            said = f"stage {name}: cache hit from {hit.key} (produced by run {hit.produced_by})"
+            return _skip(cfg, name, stage, rundir, tracking, said, status="cached")
+        _keep_in_cache(cache, rundir, name)
+        return _skip(cfg, name, stage, rundir, tracking, f"{name}: skipped ({why})")
     work, attempt = _prepare_work_dir(rundir, name, chash)
     procs.barrier()
     on_every_rank = stage.data_parallel
@@ -248,6 +269,8 @@ def _lead_stage(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tr
         tracking.stage_failed(name, tracker)
         raise
     tracking.stage_done(name, tracker, manifest, published)
+    if gate_error is None and not (manifest.gates and manifest.gates.get("passed") is False):
+        _store(cache, published, manifest, rundir)  # only what the next stage may consume
     if published == tmp:
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)  # finished: the scratch (checkpoints) is no longer needed
@@ -259,14 +282,66 @@ def _lead_stage(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tr
     return {"status": "ran", **json.loads(manifest.to_json())}
 
 
-def _skip(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tracking, why: str) -> dict:
-    """An up-to-date stage: its published verdict stands (judged again only when its thresholds changed)."""
+def _skip(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tracking, said: str,
+          status: str = "skipped") -> dict:
+    """An up-to-date stage (or one just published from the stage cache): its published verdict stands (judged again
+    only when its thresholds changed)."""
     published = rundir.manifest(name)
-    log(f"{name}: skipped ({why}){metrics_tail(published.metrics)}")
+    log(f"{said}{metrics_tail(published.metrics)}")
     if gating.needs_evaluation(cfg, name, stage, published):
         gating.recheck(cfg, name, stage, rundir, published, tracking)
     gating.raise_if_failed(name, published.gates, rundir.stage_uri(name))
-    return {"stage": name, "status": "skipped", **json.loads(published.to_json())}
+    return {"stage": name, "status": status, **json.loads(published.to_json())}
+
+
+# ---------------------------------------------------------------- the stage cache (parathink.stages.stage_cache)
+
+def _from_cache(cache: StageCache, name: str, chash: str, seed: int, rundir: RunDir) -> Hit | None:
+    """Publish the stage's output from the cache when an entry was made from what this run directory holds; the
+    hit, or None (no entry, a damaged one, or a store that cannot be read: the stage runs, with a warning)."""
+    tmp, hit = rundir.fresh_tmp(name), None
+    try:
+        hit = cache.lookup(name, chash, seed, rundir, warn)
+        if hit is None:
+            return None
+        cache.fetch(hit, tmp)
+        rundir.publish(name, tmp, hit.entry)
+        return hit
+    except EntryDamaged as err:
+        warn(f"stage cache entry {hit.key} of {name} is not used ({err}); the stage runs")
+        return None
+    except (OSError, Unavailable) as err:  # StorageError is an OSError
+        warn(f"stage cache {cache.root}: not read ({err}); the stage runs")
+        return None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _store(cache: StageCache | None, folder: Path, manifest: Manifest, rundir: RunDir) -> None:
+    """Store a published output; a store that cannot be written is a warning, never the run's failure."""
+    if cache is None:
+        return
+    try:
+        key = cache.store(folder, manifest, rundir.root)
+    except (OSError, Unavailable) as err:
+        warn(f"stage cache {cache.root}: {manifest.stage} not stored ({err})")
+        return
+    log(f"stage {manifest.stage}: stored in the stage cache as {key}")
+
+
+def _keep_in_cache(cache: StageCache | None, rundir: RunDir, name: str) -> None:
+    """An up-to-date output the cache does not hold (made before ``stage_cache`` was set, or the store was
+    emptied): stored now, so that the next run directory finds it."""
+    m = rundir.manifest(name)
+    if cache is None or m is None or (m.gates and m.gates.get("passed") is False):
+        return
+    try:
+        held = cache.holds(m)
+    except (OSError, Unavailable) as err:
+        warn(f"stage cache {cache.root}: not read ({err})")
+        return
+    if not held:
+        _store(cache, rundir.resolve_input(name), m, rundir)
 
 
 def _run_and_publish(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, manifest: Manifest, tmp: Path,
@@ -336,8 +411,8 @@ def quiet_progress_under_ci() -> None:
 def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     """Validate everything, then run ``names`` in order in ``cfg.run_dir``; returns each stage's record.
 
-    Nothing is created before the config is valid, the tracking server answers and the run directory can be
-    written: a bad value leaves no folder and no FAILED run in MLflow.
+    Nothing is created before the config is valid, the tracking server answers, the stage cache (if any) can be
+    used and the run directory can be written: a bad value leaves no folder and no FAILED run in MLflow.
     """
     from parathink.tracking.curriculum import CurriculumTracking
 
@@ -347,6 +422,8 @@ def execute(cfg: DictConfig, names: list[str]) -> dict[str, dict]:
     procs = distributed.group()  # one process: the identity; under torchrun: joins the processes here
     if procs.is_main:
         CurriculumTracking.check_reachable(cfg)
+        if (cache := StageCache.from_config(cfg)) is not None:
+            cache.probe()
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"), process_rank=procs.rank)
     if not procs.is_main:  # rank 0 alone writes run.json and tracks
         records = {name: run_stage(cfg, name, stages[name], rundir, CurriculumTracking(cfg), procs) for name in names}
