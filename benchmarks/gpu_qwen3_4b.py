@@ -538,16 +538,10 @@ def sft_estimate(arch: memory_model.Arch, length: int, checkpointing: bool, chun
 def sft_loss(model, batch: dict, chunk: int) -> torch.Tensor:
     """The SFT stage's loss (``SFTTrainer.compute_loss``): mean token NLL from the final hidden states through
     lm_head ``chunk`` tokens at a time, no [L, V] tensor whole."""
-    from parathink.modeling.chunked import final_hidden, token_logprobs
+    from parathink.modeling.chunked import causal_lm_nll
 
-    inputs = dict(batch)
-    labels = inputs.pop("labels")[:, 1:]  # token t is predicted from position t - 1
-    hidden, autocast = final_hidden(model, inputs.pop("input_ids"), inputs)
-    hidden = hidden[:, :-1]  # [B, L-1, H]
-    keep = labels != IGNORE
-    with autocast:
-        logp, _ = token_logprobs(model.lm_head, hidden[keep], labels[keep], chunk)
-    return -logp.mean()
+    nll, count = causal_lm_nll(model, batch, chunk, IGNORE)
+    return nll / count
 
 
 def sft(part: dict, deadline, bench: Bench) -> None:

@@ -71,3 +71,18 @@ def token_logprobs(project, states: torch.Tensor, targets: torch.Tensor, chunk_t
               for i in range(0, len(targets), chunk_tokens)]
     logp = torch.cat([p[0] for p in pieces])
     return logp, torch.cat([p[1] for p in pieces]) if with_entropy else None
+
+
+def causal_lm_nll(model, inputs: dict, chunk_tokens: int,
+                  ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the summed negative log-likelihood of the labelled tokens, their count) of a causal-LM batch (``input_ids``,
+    ``labels`` with ``ignore_index`` where no loss, and the model's other inputs), ``chunk_tokens`` at a time: token t
+    is predicted from position t - 1, as transformers' own loss shifts it."""
+    inputs = dict(inputs)
+    labels = inputs.pop("labels")[:, 1:]
+    hidden, autocast = final_hidden(model, inputs.pop("input_ids"), inputs)
+    keep = labels != ignore_index
+    with autocast:
+        logp, _ = token_logprobs(getattr(model, "module", model).lm_head, hidden[:, :-1][keep], labels[keep],
+                                 chunk_tokens)
+    return -logp.sum(), keep.sum()

@@ -224,7 +224,7 @@ class SFTTrainer(Trainer):
     chunk_tokens = 1024
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        from parathink.modeling.chunked import final_hidden, projectable, token_logprobs
+        from parathink.modeling.chunked import causal_lm_nll, projectable
 
         n = inputs.pop("n_tokens", None)
         if n is not None and model.training:
@@ -233,15 +233,8 @@ class SFTTrainer(Trainer):
         if return_outputs or "labels" not in inputs or self.label_smoother is not None or not projectable(inner):
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
-        inputs = dict(inputs)
-        labels = inputs.pop("labels")[:, 1:]  # token t is predicted from position t - 1
-        hidden, autocast = final_hidden(model, inputs.pop("input_ids"), inputs)
-        hidden = hidden[:, :-1]  # [B, L-1, H]
-        keep = labels != IGNORE
-        with autocast:
-            logp, _ = token_logprobs(inner.lm_head, hidden[keep], labels[keep], self.chunk_tokens)
-        denominator = num_items_in_batch if num_items_in_batch is not None else keep.sum().clamp(min=1)
-        loss = -logp.sum() / denominator
+        nll, count = causal_lm_nll(model, inputs, self.chunk_tokens, IGNORE)
+        loss = nll / (num_items_in_batch if num_items_in_batch is not None else count.clamp(min=1))
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes  # as Trainer.compute_loss: DDP averages the gradients
         return loss
