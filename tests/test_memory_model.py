@@ -14,9 +14,12 @@ from parathink.memory_model import (
     GIB,
     PARTS,
     Arch,
+    Update,
     layer_activation_bytes,
     logits_bytes,
+    mask_bytes,
     states,
+    step_transient,
     total,
     training_activations,
 )
@@ -56,10 +59,33 @@ def test_checkpointing_keeps_layer_inputs_and_one_layer():
 
 
 def test_logits_are_one_chunk_and_the_phases_do_not_add():
-    assert logits_bytes(QWEN3_4B, 2, 1024) == 1024 * 151936 * 20
+    assert logits_bytes(QWEN3_4B, 2, 1024) == 1024 * 151936 * 12  # three fp32 [chunk, V] at the chunk's backward
+    assert logits_bytes(QWEN3_4B, 4, 1024) == logits_bytes(QWEN3_4B, 2, 1024)
     parts = dict.fromkeys(PARTS, 0) | {"weights": 5, "kv_cache": 10, "activations": 3, "logits": 4}
     assert total(parts) == 5 + 10
     assert total(parts | {"kv_cache": 2}) == 5 + 3 + 4
+
+
+def test_a_training_step_is_its_largest_phase():
+    parts = dict.fromkeys(PARTS, 0) | {"weights": 10, "grads": 10, "optimizer": 30, "activations": 50, "logits": 6}
+    resident = 10 + 30 - 10  # weights, optimizer less its transient
+    plain = Update(transient=10, head_grad=2)
+    assert total(parts, plain) == resident + 50 + 6 + 2  # the first log-prob chunk's backward
+    assert total(parts | {"activations": 1, "logits": 1}, plain) == resident + 10 + 10  # the optimiser step
+    assert total(parts | {"activations": 1, "logits": 1}, Update(head_grad=8, tied=True)) == 40 + 10 + 16  # the end
+    ckpt = Update(transient=10, recomputed=45, head_grad=2)  # the layer inputs alone are 5
+    assert total(parts, ckpt) == resident + 50 + 10  # a recomputed layer with every gradient
+    assert total(parts | {"kv_cache": 70}, ckpt) == resident + 10 + 70  # the rollout
+
+
+def test_masks_count_what_attention_keeps():
+    a, rows, length = QWEN3_4B, 2, 1000
+    square = rows * length * length
+    assert mask_bytes(a, 2, rows, length, False, "additive") == square * 2  # one tensor, every layer's
+    assert mask_bytes(a, 2, rows, length, False, "padding") == square + a.layers * square * 2  # converted per layer
+    assert mask_bytes(a, 2, rows, length, True, "padding") == square + square * 2
+    assert mask_bytes(a, 2, rows, length, True, "none") == 0
+    assert step_transient(10**6, 4, 1, 0, fused=True) == 0 and step_transient(10**6, 2, 1, 0) == 8 * 10**6
 
 
 def _plan(capsys, *overrides):

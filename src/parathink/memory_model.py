@@ -10,22 +10,27 @@ Parts, in bytes per GPU (P parameters, N = GPUs the stage runs on, ZeRO stage z,
 - **grads**: ``P x w`` as the backward accumulates them; ZeRO-2/3 reduce them into fp32 partitions, ``4P / N``.
 - **optimizer**: Adam's two fp32 moments ``8P`` and, when the parameters are half precision, their fp32 masters
   ``4P`` (``training.master_weights``, or DeepSpeed's bf16 optimiser), ``/ N`` under ZeRO >= 1; plus the step's
-  transient: the masters' fp32 gradient (``MasterAdamW``) and foreach AdamW's ``sqrt(v)``, ``4P`` each, per shard.
+  transient (``step_transient``): foreach AdamW's ``sqrt(v)`` (RL's ``torch.optim.AdamW``, foreach on CUDA) and
+  ``MasterAdamW``'s fp32 copy of the gradients, ``4P`` each, per shard; none for a fused AdamW (the SFT Trainer's
+  ``adamw_torch_fused``), which works a tensor at a time inside its kernel.
 - **activations**: what one micro-batch's backward keeps, per token and layer (``layer_activation_bytes``), times
   the micro-batch's padded tokens; with checkpointing, each layer's input plus one layer recomputed. Plus the
-  structured 4-D mask (``B x L^2 x w``) and the final hidden states.
-- **logits**: one chunk of the lm_head projection and its log-softmax, forward and backward
-  (``chunk x V x (16 + 2w)``): the update never holds [B, T, V] whole (``parathink.modeling.chunked``).
+  attention mask (``mask_bytes``) and the final hidden states.
+- **logits**: one chunk of the lm_head projection in its backward: three fp32 ``[chunk, V]`` tensors, whatever
+  the compute dtype (``logits_bytes``); the update never holds [B, T, V] whole (``parathink.modeling.chunked``).
 - **kv_cache**: the engine's budget. ``kv_cache_gib`` when set; else what ``gpu_memory_utilization`` of the GPU
   leaves after every other part (as vLLM sizes its cache). It must hold one whole rollout (``token_budget`` tokens,
   every path counted), or the stage cannot sample at all.
 - **workspace**: the CUDA context, cuBLAS/NCCL workspaces and the allocator's fragmentation: 1.5 GiB, plus the
   engine's decode step (one layer's activations for the rows in flight).
 
-A training stage's phases do not overlap: the rollout's KV cache is freed before the update's activations exist
-(the caching allocator reuses the blocks), so ``estimate = weights + grads + optimizer + workspace +
-max(kv_cache, activations + logits)``; the parts are all printed. A stage is refused when its estimate exceeds the
-GPU, naming the largest part.
+A training stage's phases do not overlap, and the estimate is the largest of them (``total``): the rollout (its KV
+cache is freed before the update's activations exist; the caching allocator reuses the blocks), the backward (at
+its first log-prob chunk, every kept activation with the chunk's logits and lm_head's gradient; with
+checkpointing, later, a recomputed layer with the gradients made so far; at its end, a tied embedding's gradient
+arriving twice more) and the optimiser step (the gradients and the step's transient). The parts are all printed;
+their sum over-counts what never coexists. A stage is refused when its estimate exceeds the GPU, naming the
+largest part. ``benchmarks/memory_check.py`` measures the peaks of real steps against ``total`` (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -106,9 +111,39 @@ def layer_activation_bytes(arch: Arch, w: int) -> int:
     return norms + rotary + attention + mlp
 
 
+def mask_bytes(arch: Arch, w: int, rows: int, length: int, checkpointing: bool, mask: str) -> int:
+    """The attention mask of one micro-batch.
+
+    ``additive``: the 4-D float mask ``B x L^2 x w`` that the structured collator and ``recompute_logprobs`` build
+    (the RL update's causal layout too), one tensor every layer's attention saves. ``padding``: the [B, L] padding
+    of a causal batch, which transformers expands to a bool ``B x L^2`` mask and which SDPA converts, in each layer,
+    to a float mask of the compute dtype that the layer saves for its backward (``B x L^2 x w`` per layer kept;
+    one layer's with checkpointing). ``none``: plain causal attention, no mask.
+    """
+    square = rows * length * length
+    if mask == "additive":
+        return square * w
+    if mask == "padding":
+        return square + (1 if checkpointing else arch.layers) * square * w
+    if mask == "none":
+        return 0
+    raise ValueError(f"mask={mask!r}: expected additive, padding or none")
+
+
+def recomputed_layer(arch: Arch, w: int, rows: int, length: int, checkpointing: bool, mask: str = "none") -> int:
+    """What exists only while checkpointing recomputes a layer for its backward: that layer's activations and, with
+    a padding mask, its converted mask (0 without checkpointing: every layer's are kept from the forward)."""
+    if not checkpointing:
+        return 0
+    own_mask = rows * length * length * w if mask == "padding" else 0
+    return rows * length * layer_activation_bytes(arch, w) + own_mask
+
+
 def training_activations(arch: Arch, w: int, rows: int, length: int, checkpointing: bool,
-                         structured: bool) -> int:
-    """One micro-batch's backward: ``rows`` sequences padded to ``length`` tokens."""
+                         structured: bool = False, *, mask: str | None = None) -> int:
+    """One micro-batch's backward: ``rows`` sequences padded to ``length`` tokens; ``mask`` as ``mask_bytes``
+    (``structured`` alone: ``additive``, else ``none``)."""
+    mask = mask or ("additive" if structured else "none")
     tokens = rows * length
     per_layer = layer_activation_bytes(arch, w)
     if checkpointing:
@@ -116,13 +151,33 @@ def training_activations(arch: Arch, w: int, rows: int, length: int, checkpointi
     else:
         kept = arch.layers * per_layer
     kept += 2 * arch.hidden * w + arch.hidden * 4  # the final norm's input and output, the final hidden states
-    mask = rows * length * length * w if structured else 0  # the 4-D additive mask, shared by every layer
-    return tokens * kept + mask
+    return tokens * kept + mask_bytes(arch, w, rows, length, checkpointing, mask)
 
 
 def logits_bytes(arch: Arch, w: int, chunk_tokens: int) -> int:
-    """One chunk of the projection: logits (w), fp32 logits and log-softmax, their gradients, in the backward."""
-    return chunk_tokens * arch.vocab * (16 + 2 * w)
+    """One chunk of the projection at its backward's peak: the fp32 log-softmax (saved, recomputed by the
+    checkpoint), the gradient the gather scatters into a [chunk, V] zero tensor and the log-softmax's input
+    gradient, 4 bytes each whatever ``w`` (the loss runs in fp32; the chunk's ``w``-byte logits and their cast are
+    freed before the backward reaches them)."""
+    del w  # the three tensors are fp32 in every precision
+    return chunk_tokens * arch.vocab * 12
+
+
+def head_grad_bytes(arch: Arch, w: int) -> int:
+    """lm_head's gradient, ``V x h x w``: the backward's first gradient (its log-prob chunks come first)."""
+    return arch.vocab * arch.hidden * w
+
+
+@dataclass(frozen=True)
+class Update:
+    """What a training step's phases hold that the parts do not separate (``total``): the optimiser's step
+    transient (inside ``optimizer``), the recomputed layer (inside ``activations``), lm_head's gradient and
+    whether it is tied to the embedding."""
+
+    transient: int = 0
+    recomputed: int = 0
+    head_grad: int = 0
+    tied: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +188,7 @@ class Budget:
     estimate: int
     capacity: int
     note: str = ""
+    update: Update | None = None  # a training stage's phases (``total``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"estimate_gib": round(self.estimate / GIB, 2), "capacity_gib": round(self.capacity / GIB, 2),
@@ -142,23 +198,49 @@ class Budget:
         return max(self.parts, key=self.parts.get)
 
 
-def states(params: int, w: int, gpus: int, zero: int, trains: bool, whole_copy: bool = False) -> dict[str, int]:
-    """weights, grads and optimizer bytes per GPU (see the module docstring)."""
+def step_transient(params: int, w: int, gpus: int, zero: int, fused: bool = False) -> int:
+    """What only the optimiser step holds (freed when it returns): foreach AdamW's ``sqrt(v)`` over every
+    parameter and ``MasterAdamW``'s fp32 copy of the half-precision gradients (ZeRO-2/3 reduce into fp32
+    partitions, counted in grads), ``4P`` each per shard; a fused AdamW adds nothing."""
+    shard = gpus if zero >= 1 else 1
+    return ((0 if fused else 4 * params) + (4 * params if w < 4 and zero < 2 else 0)) // shard
+
+
+def states(params: int, w: int, gpus: int, zero: int, trains: bool, whole_copy: bool = False,
+           fused: bool = False) -> dict[str, int]:
+    """weights, grads and optimizer bytes per GPU (see the module docstring); optimizer includes the step's
+    transient (``step_transient``)."""
     weights = params * w // (gpus if zero == 3 else 1) + (params * w if whole_copy else 0)
     if not trains:
         return {"weights": weights, "grads": 0, "optimizer": 0}
     shard = gpus if zero >= 1 else 1
     grads = params * 4 // gpus if zero >= 2 else params * w
     masters = 4 * params if w < 4 else 0
-    # the step's transients: sqrt(v); MasterAdamW's fp32 gradient (ZeRO-2/3 reduce into fp32 partitions: in grads)
-    step_temp = 4 * params + (4 * params if w < 4 and zero < 2 else 0)
-    return {"weights": weights, "grads": grads, "optimizer": (8 * params + masters + step_temp) // shard}
+    optimizer = (8 * params + masters) // shard + step_transient(params, w, gpus, zero, fused)
+    return {"weights": weights, "grads": grads, "optimizer": optimizer}
 
 
-def total(parts: Mapping[str, int]) -> int:
-    """weights + grads + optimizer + workspace + max(kv_cache, activations + logits): the phases do not overlap."""
-    fixed = parts["weights"] + parts["grads"] + parts["optimizer"] + parts["workspace"]
-    return fixed + max(parts["kv_cache"], parts["activations"] + parts["logits"])
+def total(parts: Mapping[str, int], update: Update | None = None) -> int:
+    """The largest of the phases, over what every phase holds (weights, the optimiser's resident states, the
+    workspace).
+
+    Without ``update`` (no training step): ``weights + grads + optimizer + workspace + max(kv_cache, activations +
+    logits)``. With it: the rollout (grads kept, as ZeRO's partitions are, + kv_cache); the backward at its first
+    log-prob chunk (every kept activation, the chunk's logits, lm_head's gradient), with checkpointing at a
+    recomputed layer (the layer inputs, that layer, the gradients so far: at most all), at its end (every gradient,
+    and a tied embedding's twice more: the embedding backward's dense gradient and its sum with lm_head's, before
+    autograd accumulates it); the optimiser step (the gradients and its transient).
+    """
+    if update is None:
+        fixed = parts["weights"] + parts["grads"] + parts["optimizer"] + parts["workspace"]
+        return fixed + max(parts["kv_cache"], parts["activations"] + parts["logits"])
+    resident = parts["weights"] + parts["optimizer"] - update.transient + parts["workspace"]
+    grads, activations = parts["grads"], parts["activations"]
+    first_chunk = activations - update.recomputed + parts["logits"] + update.head_grad
+    in_layer = activations + grads if update.recomputed else 0
+    end = grads + (2 * update.head_grad if update.tied else 0)
+    step = grads + update.transient
+    return resident + max(grads + parts["kv_cache"], first_chunk, in_layer, end, step)
 
 
 def decode_workspace(arch: Arch, w: int, rows: int) -> int:
@@ -183,7 +265,7 @@ def _kv(arch: Arch, w: int) -> int:
 
 
 def _with_cache(stage: str, parts: dict[str, int], capacity: int, cache_gib: float, utilization: float,
-                one_row: int) -> Budget:
+                one_row: int, update: Update | None = None) -> Budget:
     """Fill ``kv_cache``: the configured GiB, or what ``utilization`` of the GPU leaves; refuse one that cannot
     hold one whole rollout."""
     if cache_gib > 0:
@@ -198,7 +280,7 @@ def _with_cache(stage: str, parts: dict[str, int], capacity: int, cache_gib: flo
         raise ConfigError(f"{stage}: the KV cache gets {parts['kv_cache'] / GIB:.2f} GiB per GPU, less than one "
                           f"rollout needs ({one_row / GIB:.2f} GiB); the largest part is {_largest(parts)} "
                           f"({parts[_largest(parts)] / GIB:.1f} GiB)")
-    return Budget(parts=parts, estimate=total(parts), capacity=capacity, note=note)
+    return Budget(parts=parts, estimate=total(parts, update), capacity=capacity, note=note, update=update)
 
 
 def _eval_row_tokens(s) -> int:
@@ -225,12 +307,41 @@ def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int) -> Bu
     rows = int(_get(s, "micro_batch_size"))
     if int(_get(s, "micro_batch_tokens", 0) or 0):
         rows = max(1, min(rows, int(_get(s, "micro_batch_tokens")) // length))
-    parts["activations"] = training_activations(arch, w, rows, length, bool(_get(s, "gradient_checkpointing")),
-                                                structured=str(_get(s, "mode")) == "structured")
-    parts["logits"] = logits_bytes(arch, w, int(_get(s, "logprob_chunk_tokens", 1024)))
+    checkpointing = bool(_get(s, "gradient_checkpointing"))
+    # recompute_logprobs passes an additive 4-D mask in both modes (the causal layout is one too)
+    parts["activations"] = training_activations(arch, w, rows, length, checkpointing, mask="additive")
+    chunk = min(int(_get(s, "logprob_chunk_tokens", 1024)), rows * length)
+    parts["logits"] = logits_bytes(arch, w, chunk)
     parts["workspace"] = WORKSPACE + decode_workspace(arch, w, int(_get(s, "rollout_batch_size")))
+    update = Update(transient=step_transient(arch.params, w, gpus, zero),
+                    recomputed=recomputed_layer(arch, w, rows, length, checkpointing, "additive"),
+                    head_grad=head_grad_bytes(arch, w), tied=arch.tied)
     return _with_cache(stage, parts, capacity, float(_get(s, "kv_cache_gib", 0.0) or 0.0),
-                       float(_get(s, "gpu_memory_utilization", 0.9)), length * _kv(arch, w))
+                       float(_get(s, "gpu_memory_utilization", 0.9)), length * _kv(arch, w), update)
+
+
+def sft_budget(arch: Arch, w: int, s, gpus: int, capacity: int) -> Budget:
+    """The SFT stage's memory on one GPU (``s``: its section): fp32 parameters, the forward in ``sft.precision``."""
+    zero = _zero(_get(s, "deepspeed"))
+    # fp32 parameters under autocast; DeepSpeed's bf16 mode holds them in bf16 with fp32 masters
+    wp = w if (zero and str(_get(s, "precision")) == "bf16") else 4
+    wa = 2 if str(_get(s, "precision")) == "bf16" else 4
+    # the Trainer's AdamW is fused (adamw_torch_fused); DeepSpeed's its own, counted as foreach (conservative)
+    parts = states(arch.params, wp, gpus, zero, trains=True, fused=not zero)
+    rows, length = int(_get(s, "micro_batch")), int(_get(s, "max_length"))
+    checkpointing = bool(_get(s, "gradient_checkpointing"))
+    if str(_get(s, "collator")) == "structured":
+        mask = "additive"
+    else:  # a causal micro-batch of several rows pads to its longest
+        mask = "padding" if rows > 1 else "none"
+    parts["activations"] = training_activations(arch, wa, rows, length, checkpointing, mask=mask)
+    parts["logits"] = logits_bytes(arch, wa, min(int(_get(s, "logit_chunk_tokens", 1024)), rows * length))
+    parts["kv_cache"] = 0
+    parts["workspace"] = WORKSPACE
+    update = Update(transient=step_transient(arch.params, wp, gpus, zero, fused=not zero),
+                    recomputed=recomputed_layer(arch, wa, rows, length, checkpointing, mask),
+                    head_grad=head_grad_bytes(arch, wp), tied=arch.tied)
+    return Budget(parts=parts, estimate=total(parts, update), capacity=capacity, update=update)
 
 
 def eval_budget(arch: Arch, w: int, s, capacity: int) -> Budget:
@@ -255,18 +366,7 @@ def stage_budget(cfg, stage: str, gpus: int, capacity: int) -> Budget | None:
     if stage in TRAIN_RL:
         return rl_budget(arch, w, s, stage, gpus, capacity)
     if stage == "sft":
-        zero = _zero(s.get("deepspeed"))
-        # fp32 parameters under autocast; DeepSpeed's bf16 mode holds them in bf16 with fp32 masters
-        wp = w if (zero and str(s.get("precision")) == "bf16") else 4
-        wa = 2 if str(s.get("precision")) == "bf16" else 4
-        parts = states(params, wp, gpus, zero, trains=True)
-        parts["activations"] = training_activations(arch, wa, int(s.micro_batch), int(s.max_length),
-                                                    bool(s.get("gradient_checkpointing")),
-                                                    structured=str(s.get("collator")) == "structured")
-        parts["logits"] = logits_bytes(arch, wa, int(s.get("logit_chunk_tokens", 1024)))
-        parts["kv_cache"] = 0
-        parts["workspace"] = WORKSPACE
-        return Budget(parts=parts, estimate=total(parts), capacity=capacity, note="")
+        return sft_budget(arch, w, s, gpus, capacity)
     if stage == "eval":
         return eval_budget(arch, w, s, capacity)
     if stage == "base":  # the teacher's model is its backend's (a vLLM server, an API), not model.*: not counted
