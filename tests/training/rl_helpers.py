@@ -24,6 +24,18 @@ def nan_reward(trace, correct, step):
 
 TEST_REWARDS = {"test_digits": digit_share, "test_nan": nan_reward}
 
+# The start of a script torchrun launches: this module loaded from its path (argv[1]), one thread, the digit reward.
+TORCHRUN_PREAMBLE = """
+import importlib.util, sys, torch
+from parathink import distributed
+from parathink.rewards import register
+distributed.group()
+spec = importlib.util.spec_from_file_location("rl_helpers", sys.argv[1])
+helpers = importlib.util.module_from_spec(spec); spec.loader.exec_module(helpers)
+torch.set_num_threads(1)
+register("test_digits")(helpers.digit_share)  # varies within groups: every step trains
+"""
+
 
 def rl_cfg(**kw) -> RLConfig:
     base = dict(init_from="-", problems={"source": "synthetic", "level": "easy", "split": "train", "n": 64},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_helpers import assert_trained, rl_cfg, sampled_batch
+from rl_helpers import TORCHRUN_PREAMBLE, assert_trained, rl_cfg, sampled_batch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -139,15 +139,7 @@ def test_a_stage_under_torchrun_trains_on_both_processes_and_publishes_once(tiny
     assert not (run / ".work" / s).exists() and not list((run / ".tmp").glob(f"{s}*"))
 
 
-RESUME_SCRIPT = """
-import importlib.util, sys, torch
-from parathink import distributed
-from parathink.rewards import register
-distributed.group()
-spec = importlib.util.spec_from_file_location("rl_helpers", sys.argv[1])
-helpers = importlib.util.module_from_spec(spec); spec.loader.exec_module(helpers)
-torch.set_num_threads(1)
-register("test_digits")(helpers.digit_share)  # varies within groups: every step trains
+RESUME_SCRIPT = TORCHRUN_PREAMBLE + """
 cfg = helpers.rl_cfg(probe_prompts=4, deepspeed=None if sys.argv[5] == "ddp" else sys.argv[5])
 kill = helpers.KillAt(4) if sys.argv[4] == "kill" else None
 summary = helpers.train_standalone(cfg, sys.argv[3], sys.argv[2], tracker=kill)[1]

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from rl_helpers import KillAt, rl_cfg, train_standalone
+from rl_helpers import TORCHRUN_PREAMBLE, KillAt, rl_cfg, train_standalone
 from safetensors.torch import load_file
 
 from parathink.stages.context import StageContext
@@ -55,17 +55,9 @@ def test_fp32_stage_publishes_fp32_as_before(tiny_checkpoint, tmp_path):
     assert all(v.dtype == torch.float32 for v in end.values())
 
 
-ZERO2_SCRIPT = """
-import importlib.util, sys, torch
-from parathink import distributed
-from parathink.rewards import register
+ZERO2_SCRIPT = TORCHRUN_PREAMBLE + """
 from parathink.stages.context import StageContext
 from parathink.training.rl import train
-distributed.group()
-spec = importlib.util.spec_from_file_location("rl_helpers", sys.argv[1])
-helpers = importlib.util.module_from_spec(spec); spec.loader.exec_module(helpers)
-torch.set_num_threads(1)
-register("test_digits")(helpers.digit_share)  # varies within groups: every step trains
 cfg = helpers.rl_cfg(steps=2, lr=1e-6, checkpoint_every=10, deepspeed=sys.argv[4], mixed_precision="bf16")
 ctx = StageContext.standalone("rl_test", sys.argv[3])
 train(cfg, ctx, sys.argv[2], stage="rl_test", grammar="parallel_r1", model_cfg={"dtype": "bfloat16"})
