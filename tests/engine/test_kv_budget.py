@@ -1,7 +1,10 @@
 """A KV budget (``Engine(kv_cache_bytes=...)``, issue 42 item 1): paged blocks, continuous admission, preemption and
 recompute change what runs when, never what is sampled. Budgets here sit just above the smallest the engine
-takes, so that sequences are preempted (asserted) in the middle of blocks too, and EOS is banned, so every row
-runs to the token budget whatever the toy model learned on this CPU's kernels."""
+takes, so that sequences are preempted (asserted), in the middle of blocks too.
+
+EOS is not banned: where the toy model is sure to stop, a ban leaves the draw to a sliver of probability
+renormalised a millionfold, where the ~1e-6 by which a recomputed row's logits differ from its decoded ones
+could pick another token (``sampling``)."""
 
 from __future__ import annotations
 
@@ -26,8 +29,7 @@ def _paths(grammar: str) -> int:
 def _run(toy, grammar, mode, budget=None, seed=0, n_prompts=6, batch_size=8, backend="auto", **kw):
     model, tok = toy
     engine = Engine(model, tok, grammar, mode, num_paths=_paths(grammar), kv_cache_bytes=budget, backend=backend)
-    sampling = SamplingConfig(max_new_tokens=NEW, seed=seed, batch_size=batch_size,
-                              logit_bias={tok.eos_token_id: float("-inf")}, **kw)
+    sampling = SamplingConfig(max_new_tokens=NEW, seed=seed, batch_size=batch_size, **kw)
     samples = engine.generate([prompt_ids(tok, grammar, i) for i in range(n_prompts)], sampling, num_samples=3)
     return engine, samples
 
@@ -55,7 +57,7 @@ def test_tight_budget_preempts_and_samples_the_same_tokens(toy, grammar, mode):
     assert stats["paged"] and not free.stats["paged"] and free.stats["preemptions"] == 0
     assert stats["preemptions"] > 0 and stats["recomputed_tokens"] > 0
     assert [s.response_ids for s in got] == [s.response_ids for s in want]
-    assert [s.finish_reason for s in got] == [s.finish_reason for s in want] == ["length"] * 18
+    assert [s.finish_reason for s in got] == [s.finish_reason for s in want]
     assert [s.num_blocks for s in got] == [s.num_blocks for s in want]
     assert stats["peak_kv_bytes"] <= stats["kv_cache_bytes"] <= budget < free.stats["kv_cache_bytes"] / 2
     assert max(abs(a - b) for x, y in zip(got, want) for a, b in zip(x.logprobs, y.logprobs)) <= 1e-4

@@ -7,8 +7,9 @@ top-p, bans or repetition penalty shaped the distribution the token was drawn fr
 Randomness is counter-based: the uniform that picks a token is a hash of (seed, the sequence's index, the stream
 it is written in (main, or path j of block b), the token's index in that stream), never a generator's state.
 So a sequence draws the same tokens whatever else is in flight with it, in whatever order rows are admitted,
-preempted and recomputed (``core``); only rounding in the logits, which depends on the batch, could move a
-draw that lands within ~1e-7 of a boundary of the cumulative distribution.
+preempted and recomputed (``core``). Only rounding in the logits, which depends on the batch (a recomputed row's
+keys come from a prefill, not from decode steps), can still move a draw that lands within about 1e-6 of a
+boundary of the cumulative distribution: then that sequence goes on differently from there.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 MASK64 = (1 << 64) - 1
-UNIFORM_BITS = 24  # a float32 holds them exactly
+UNIFORM_BITS = 52  # a float64 holds them exactly (and an int64 upload)
 
 
 def mix64(z: int) -> int:
@@ -99,9 +100,12 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, bits: torch.Ten
         logits = top_p_filter(logits, top_p)
     # Inverse-CDF sampling: one uniform per row against the running sum of the probabilities (far cheaper on
     # a CPU than ``multinomial`` or drawing a random number per vocabulary entry).
-    probs = logits.softmax(-1)  # [B, V]
+    # In float64: a float32 running sum moves in steps of ~6e-8, so the thousands of tokens far below that share
+    # steps by rounding, are drawn far more often than their probability, and which of them is drawn flips with
+    # the last bit of the logits (i.e. with the batch around the row).
+    probs = logits.double().softmax(-1)  # [B, V]
     cdf = probs.cumsum(-1)
-    u = (bits[:, None].to(cdf.dtype) + 0.5) * (cdf[:, -1:] * 2.0 ** -UNIFORM_BITS)
+    u = (bits[:, None].double() + 0.5) * (cdf[:, -1:] * 2.0 ** -UNIFORM_BITS)
     picked = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)  # [B, 1]
     # u can round up onto the total; never return a token of probability zero (a banned one) then.
     zero = probs.gather(1, picked) == 0
