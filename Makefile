@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Quiet progress bars and unbuffered logs under CI.
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test test-fast test-kernels bench gpu-check-dry lint clean
+.PHONY: venv demo test test-fast test-kernels bench gpu-check-dry memory-check lint clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,12 @@ bench: $(STAMP)
 # device command (docs/gpu.md, "The GPU check").
 gpu-check-dry: $(STAMP)
 	$(PY) benchmarks/gpu_check.py --device cpu --out bench-results
+
+# The memory model against measured peaks: one SFT or RL step of scaled-down Qwen3 shapes per process (about
+# 8 minutes on 2 cores, so not in `bench`); bench-results/memory_check.json, exit 1 if a ratio leaves 0.75-1.25
+# (docs/gpu.md, "Memory model").
+memory-check: $(STAMP)
+	$(PY) benchmarks/memory_check.py
 
 # ruff with the rules of pyproject.toml's [tool.ruff] (pinned in the dev extra); `make test` runs it first.
 lint: $(STAMP)
