@@ -34,6 +34,7 @@ CUDA workspaces (the model's ``workspace``), and DeepSpeed's partitions (ZeRO is
 
     .venv/bin/python benchmarks/memory_check.py [--only NAME ...] [--threads 2]
     .venv/bin/python benchmarks/memory_check.py --plans   # the GPU experiments' per-stage estimates (no step)
+    .venv/bin/python benchmarks/memory_check.py --explain rl-s-struct   # the tensors live at a case's peak
 
 Writes bench-results/memory_check.json and prints the table docs/gpu.md carries.
 """
@@ -245,6 +246,37 @@ def warm_optimizer(model, optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+def live_at_peak(trace: Path, least: int = 2**18) -> list[tuple[str, int, int]]:
+    """(allocating op, bytes, count) of the tensors of at least ``least`` bytes live at the peak, largest first:
+    each memory event's innermost enclosing op on its thread names what made the tensor."""
+    import collections
+
+    events = json.loads(trace.read_text())["traceEvents"]
+    memory = sorted((e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+                    key=lambda e: e["ts"])
+    live: dict[int, tuple[int, float, int]] = {}
+    best, at_peak = 0, {}
+    for e in memory:
+        if e["args"]["Bytes"] > 0:
+            live[e["args"]["Addr"]] = (e["args"]["Bytes"], e["ts"], e["tid"])
+        else:
+            live.pop(e["args"]["Addr"], None)
+        if e["args"]["Total Allocated"] > best:
+            best, at_peak = e["args"]["Total Allocated"], dict(live)
+    ops = [e for e in events if e.get("ph") == "X"]
+
+    def owner(ts: float, tid: int) -> str:
+        around = [o for o in ops if o["tid"] == tid and o["ts"] <= ts <= o["ts"] + o["dur"]]
+        if not around:
+            return "?"
+        outer = [o["name"] for o in sorted(around, key=lambda o: -o["dur"]) if not o["name"].startswith("aten::")]
+        inner = min(around, key=lambda o: o["dur"])
+        return " > ".join([*outer[-2:], f"{inner['name']} {inner['args'].get('Input Dims', '')}"])
+
+    groups = collections.Counter((owner(ts, tid), b) for b, ts, tid in at_peak.values() if b >= least)
+    return sorted(((name, b, n) for (name, b), n in groups.items()), key=lambda g: -g[1] * g[2])
+
+
 def tensor_peak(trace: Path) -> int:
     """The highest running total of live CPU tensor bytes among the profiler's memory events."""
     events = json.loads(trace.read_text())["traceEvents"]
@@ -252,7 +284,7 @@ def tensor_peak(trace: Path) -> int:
                 if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0), default=0)
 
 
-def measure(case: Case, threads: int) -> dict:
+def measure(case: Case, threads: int, explain: bool = False) -> dict:
     """Model build + the step of ``case`` in this process: peak live tensor bytes, VmHWM over the baseline."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -266,7 +298,7 @@ def measure(case: Case, threads: int) -> dict:
     reset_peak()
     rss0 = peak_rss_mb()
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=explain) as prof:
         model = build_model(case)
         step(case, model, tags, generator)
     seconds = time.perf_counter() - t0
@@ -275,6 +307,9 @@ def measure(case: Case, threads: int) -> dict:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
         peak = tensor_peak(trace)
+        if explain:
+            for name, size, count in live_at_peak(trace):
+                print(f"{count:4d} x {size / MIB:8.2f} MiB = {count * size / MIB:8.1f} MiB  {name}"[:220])
     return {"tensor_peak_bytes": peak, "vmhwm_over_baseline_mib": round(hwm, 1), "seconds": round(seconds, 2)}
 
 
@@ -331,11 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="case names (default: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plans", action="store_true", help="print the GPU experiments' per-stage estimates, no step")
+    ap.add_argument("--explain", metavar="CASE", help="the tensors live at CASE's peak, by the op that made them")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # the child process: measure one case, print its JSON
     args = ap.parse_args(argv)
     by_name = {c.name: c for c in CASES}
     if args.plans:
         print(plan_table())
+        return 0
+    if args.explain:
+        print(json.dumps(measure(by_name[args.explain], args.threads, explain=True)))
         return 0
     if args.one:
         print(json.dumps(measure(by_name[args.one], args.threads)))
