@@ -16,12 +16,10 @@ either way the error is one line naming the full key.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ConfigTypeError, ValidationError
 
+from parathink.config_paths import CHECKOUT, PACKAGED, config_dir, resolve_config_path  # noqa: F401 (re-exported)
 from parathink.config_schema import check as check_schema
 from parathink.config_schema import unknown_key, writable, wrong_value
 from parathink.errors import ConfigError
@@ -33,8 +31,6 @@ from parathink.training.pretrain_config import BaseConfig
 from parathink.training.rl_config import RLConfig
 from parathink.training.sft_config import SFTConfig
 
-PACKAGED = Path(__file__).resolve().parent / "hydra_conf"  # present in an installed wheel only
-CHECKOUT = Path(__file__).resolve().parents[2] / "hydra_conf"  # src/parathink/config.py -> <checkout>/hydra_conf
 # Hydra's config group "schema": hydra_conf/stage/{rl,base,teacher,filter,sft,eval,promote}.yaml and
 # tracking/sqlite.yaml (promote) start from these.
 SCHEMAS = {"rl": RLConfig, "base": BaseConfig, "teacher": TeacherConfig, "filter": FilterStageConfig,
@@ -52,29 +48,6 @@ def register_schemas() -> None:
 
 
 register_schemas()
-
-
-def config_dir() -> Path:
-    """The folder Hydra composes from: ``PARATHINK_CONFIG_DIR``, else the wheel's copy, else the checkout's."""
-    env = os.environ.get("PARATHINK_CONFIG_DIR")
-    if env:
-        return Path(env)
-    return PACKAGED if (PACKAGED / "config.yaml").is_file() else CHECKOUT
-
-
-def resolve_config_path(value: str) -> str:
-    """A file a config names (``hydra_conf/deepspeed/zero2.json``) as a real path wherever parathink runs.
-
-    Paths are written relative to the checkout; a path that does not exist as given and starts with
-    ``hydra_conf/`` is looked up in :func:`config_dir` instead (the wheel's copy in a pod).
-    """
-    path = Path(value)
-    if path.is_absolute() or path.exists():
-        return str(path)
-    parts = path.parts
-    if parts and parts[0] == "hydra_conf":
-        return str(config_dir().joinpath(*parts[1:]))
-    return str(path)
 
 
 def _one_line(err: Exception) -> str:

@@ -251,7 +251,7 @@ def decode_workspace(arch: Arch, w: int, rows: int) -> int:
 def _zero(path: Any) -> int:
     if not path:
         return 0
-    from parathink.config import resolve_config_path
+    from parathink.config_paths import resolve_config_path
 
     try:
         ds = json.loads(Path(resolve_config_path(str(path))).read_text(encoding="utf-8"))
