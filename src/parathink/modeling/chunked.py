@@ -4,8 +4,9 @@ Shared by the RL update (``parathink.engine.recompute``) and the SFT loss (``par
 runs through the model's wrapper with ``logits_to_keep=1`` (one position projected, unused; DDP and DeepSpeed see
 the forward they expect) while a hook takes the decoder's final hidden states; the caller picks the positions it
 needs and projects them ``chunk_tokens`` at a time, each chunk checkpointed under autograd (its logits are
-recomputed in the backward instead of kept). A chunk of 1,024 tokens of Qwen3-4B's 151,936-entry vocabulary is
-0.6 GiB of fp32 logits; one 5,000-token sequence whole is 2.8 GiB, an SFT micro-batch of 4 x 8,192 tokens 18.5 GiB.
+recomputed in the backward instead of kept). A chunk of 1,024 tokens of Qwen3-4B's 151,936-entry vocabulary holds
+three fp32 [1,024, V] tensors at its backward, 1.7 GiB; one 5,000-token sequence's fp32 logits whole are 2.8 GiB, an
+SFT micro-batch of 4 x 8,192 tokens 18.5 GiB.
 """
 
 from __future__ import annotations
