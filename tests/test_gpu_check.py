@@ -93,19 +93,26 @@ def test_no_signal_and_a_unit_of_work_is_never_interrupted(gpu_check, monkeypatc
 
 def test_the_schedule_is_fixed_from_the_start(gpu_check, monkeypatch):
     """Section i ends by the sum of the boxes up to it: an early finish leaves its time to the next, a section
-    whose box ended while earlier ones ran is skipped (and recorded so), and the call ends by its budget."""
+    whose box ended while earlier ones ran is skipped (and recorded so), and the call ends by its budget. On a clock
+    the sections advance themselves, so that nothing here depends on how busy the machine is."""
+    now = [100.0]
+    monkeypatch.setattr(gpu_check, "clock", lambda: now[0])
     monkeypatch.setattr(gpu_check, "MIN_START_S", 0.05)
-    figures, start = {}, time.perf_counter()
-    fns = {"quick": lambda p, d: None,
+
+    def spend(seconds):
+        now[0] += seconds
+
+    figures = {}
+    fns = {"quick": lambda p, d: spend(0.1),
            "inherits": lambda p, d: p.update(left=d.left()),
-           "overruns": lambda p, d: time.sleep(2.6),
+           "overruns": lambda p, d: spend(2.6),
            "starved": lambda p, d: p.update(ran=True)}
     failed = gpu_check.run_plan([("quick", 1.0), ("inherits", 0.5), ("overruns", 0.5), ("starved", 0.5)], fns,
-                                figures, start)
-    assert figures["inherits"]["left"] > 1.0  # its own 0.5 s and most of quick's 1 s
+                                figures, now[0])
+    assert figures["inherits"]["left"] == pytest.approx(1.4)  # its own 0.5 s and the 0.9 s quick left
     assert figures["starved"]["error"].startswith("skipped") and "ran" not in figures["starved"]
     assert failed == ["starved"]  # overruns finished its unit (no check inside it): late, not failed
-    assert figures["overruns"]["over_box_s"] >= 0.5
+    assert figures["overruns"]["over_box_s"] == pytest.approx(0.7)  # began at 0.1 s, ran 2.6 s, box ended at 2.0
     assert [figures[n]["deadline_s"] for n in fns] == [1.0, 1.5, 2.0, 2.5]
 
 
