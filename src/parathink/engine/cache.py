@@ -31,7 +31,22 @@ from parathink.engine.transfer import upload
 ZERO_CHUNK = 64
 
 
-class RowCache:
+class Bounds:
+    """The two checks every cache layout makes (its ``capacity`` rows, ``max_len`` entries a row)."""
+
+    capacity: int
+    max_len: int
+
+    def check_rows(self, rows: int) -> None:
+        if rows > self.capacity:
+            raise RuntimeError(f"engine cache: {rows} rows asked, {self.capacity} allocated (engine bug)")
+
+    def check_len(self, length: int) -> None:
+        if length > self.max_len:
+            raise RuntimeError(f"engine cache: {length} entries asked, at most {self.max_len} (engine bug)")
+
+
+class RowCache(Bounds):
     """kv: [layers, rows, 2 * kv_heads, max_len, head_dim] (keys in the first half of dim 2, values in the
     second, so one write stores both); lens, fin: per row, on the host."""
 
@@ -51,14 +66,6 @@ class RowCache:
     @property
     def capacity(self) -> int:
         return self.kv.shape[1]
-
-    def check_rows(self, rows: int) -> None:
-        if rows > self.capacity:
-            raise RuntimeError(f"engine cache: {rows} rows asked, {self.capacity} allocated (engine bug)")
-
-    def check_len(self, length: int) -> None:
-        if length > self.max_len:
-            raise RuntimeError(f"engine cache: {length} entries asked, at most {self.max_len} (engine bug)")
 
     # ----------------------------------------------------------------------------------------- before a read
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from parathink.engine.cache import Bounds
 from parathink.engine.kv_budget import BLOCK_TOKENS, blocks_for
 from parathink.engine.transfer import upload
 
@@ -38,7 +39,7 @@ class Parked:
     n: int
 
 
-class PagedCache:
+class PagedCache(Bounds):
     """The ``RowCache`` interface over a pool of ``blocks`` blocks (one of them the sink); ``rows`` cache rows."""
 
     def __init__(self, layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int,
@@ -64,14 +65,6 @@ class PagedCache:
     @property
     def used(self) -> int:
         return self.usable - len(self.free)
-
-    def check_rows(self, rows: int) -> None:
-        if rows > self.capacity:
-            raise RuntimeError(f"engine cache: {rows} rows asked, {self.capacity} allocated (engine bug)")
-
-    def check_len(self, length: int) -> None:
-        if length > self.max_len:
-            raise RuntimeError(f"engine cache: {length} entries asked, at most {self.max_len} (engine bug)")
 
     # ----------------------------------------------------------------------------------------- blocks
 
