@@ -43,6 +43,15 @@ def device() -> str:
     return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0)}" if torch.cuda.is_available() else "cpu"
 
 
+def device_memory() -> int | None:
+    """This process's GPU memory in bytes; None on a CPU (an engine's KV cache then takes the call's worst case)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.device(device())).total_memory
+
+
 @dataclass
 class Group:
     """Collectives over the launch's processes; the identity in one process."""

@@ -376,6 +376,21 @@ def stage_budget(cfg, stage: str, gpus: int, capacity: int) -> Budget | None:
     return None
 
 
+def engine_kv_bytes(section, stage: str, model_config: Mapping[str, Any], dtype: str, capacity: int | None,
+                    gpus: int = 1) -> int | None:
+    """The KV budget a stage's engine gets at run time: ``<stage>.kv_cache_gib`` when set; on a GPU of ``capacity``
+    bytes the ``kv_cache`` part of this model's budget (what ``plan`` printed for it); None on a CPU (``capacity``
+    None: the call's worst case, as before budgets)."""
+    if float(_get(section, "kv_cache_gib", 0.0) or 0.0) > 0:
+        return int(float(_get(section, "kv_cache_gib")) * GIB)
+    if capacity is None:
+        return None
+    arch, w = Arch.from_cfg(model_config, f"{stage} model config"), dtype_bytes(dtype)
+    budget = eval_budget(arch, w, section, capacity) if stage == "eval" else rl_budget(arch, w, section, stage,
+                                                                                       gpus, capacity)
+    return budget.parts["kv_cache"]
+
+
 def check(stage: str, budget: Budget) -> None:
     """Refuse a stage whose estimate exceeds its GPU: one line naming the stage and the largest part."""
     if budget.estimate > budget.capacity:

@@ -79,6 +79,7 @@ class _Sampler:
         import torch
 
         from parathink.evaluation.generators import engine_generator
+        from parathink.memory_model import engine_kv_bytes
         from parathink.modeling import load_model
 
         e = self.cfg.eval
@@ -92,7 +93,8 @@ class _Sampler:
                 self.model, self.tokenizer, grammar=str(self.cfg.format), mode=stage_mode(self.cfg, self.stage),
                 num_paths=paths, temperature=e.sampling.temperature, top_p=e.sampling.top_p,
                 max_new_tokens=e.sampling.max_new_tokens, batch_size=e.batch_size, seed=seed,
-                kv_cache_bytes=eval_kv_cache_bytes(e, self.model, str(self.cfg.model.dtype)))
+                kv_cache_bytes=engine_kv_bytes(e, "eval", self.model.config.to_dict(), str(self.cfg.model.dtype),
+                                               distributed.device_memory()))
         return self.generators[paths]
 
 
@@ -239,20 +241,3 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
 # process samples its share of each set's problems; rank 0 writes the files.
 STAGE = StageSpec(run=run, validate=validate, gate=Gate(eval_gate, EvalThresholds), data_parallel=True,
                   shared_keys=("data", "format", "seed"))
-
-
-def eval_kv_cache_bytes(e, model, dtype: str) -> int | None:
-    """The eval engine's KV budget: ``eval.kv_cache_gib``; on a GPU what ``eval.gpu_memory_utilization`` leaves
-    after the weights, the workspace and the decode step (``parathink.memory_model``); None on a CPU."""
-    import torch
-
-    if e.kv_cache_gib > 0:
-        return int(e.kv_cache_gib * 2**30)
-    if not torch.cuda.is_available():
-        return None
-    from parathink import memory_model
-    from parathink.engine.kv_budget import dtype_bytes
-
-    arch = memory_model.Arch.from_cfg(model.config.to_dict(), "eval model config")
-    capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    return memory_model.eval_budget(arch, dtype_bytes(dtype), e, capacity).parts["kv_cache"]

@@ -182,6 +182,7 @@ def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str,
     from accelerate import Accelerator
 
     from parathink.engine import Engine
+    from parathink.memory_model import engine_kv_bytes
     from parathink.modeling import load_model
     from parathink.modeling.factory import to_dtype
     from parathink.rewards import get_reward
@@ -215,8 +216,10 @@ def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str,
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
     policy = sampling_policy(accelerator, model, whole_copy)
+    kv_bytes = engine_kv_bytes(cfg, stage, policy.config.to_dict(), dtype, distributed.device_memory(),
+                               distributed.group().size)
     engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths, min_fork_budget=cfg.min_fork_budget,
-                    cuda_graphs=cfg.cuda_graphs, kv_cache_bytes=kv_cache_bytes(cfg, policy, dtype, stage, procs_size()))
+                    cuda_graphs=cfg.cuda_graphs, kv_cache_bytes=kv_bytes)
     return Setup(accelerator=accelerator, model=model, policy=policy, ref_model=ref_model, engine=engine,
                  optimizer=optimizer, scheduler=scheduler, tokenizer=tokenizer, problems=problems,
                  reward_fn=reward_fn, zero3=whole_copy is not None)
@@ -266,26 +269,6 @@ def load_deepspeed_masters(model, init_dir: Path) -> int:
             safe_set_full_fp32_param(p, values[name].to(p.device))
             done += 1
     return done
-
-
-def procs_size() -> int:
-    return distributed.group().size
-
-
-def kv_cache_bytes(cfg: RLConfig, policy, dtype: str, stage: str, gpus: int) -> int | None:
-    """The engine's KV cache budget: ``kv_cache_gib`` when set; on a GPU what the memory model leaves of
-    ``gpu_memory_utilization`` of it (the figure ``parathink plan`` printed); None on a CPU (the call's worst case)."""
-    if cfg.kv_cache_gib > 0:
-        return int(cfg.kv_cache_gib * 2**30)
-    if not torch.cuda.is_available():
-        return None
-    from parathink import memory_model
-    from parathink.engine.kv_budget import dtype_bytes
-
-    arch = memory_model.Arch.from_cfg(policy.config.to_dict(), f"{stage} model config")
-    capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    budget = memory_model.rl_budget(arch, dtype_bytes(dtype), cfg, stage, gpus, capacity)
-    return budget.parts["kv_cache"]
 
 
 def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Problem]:
