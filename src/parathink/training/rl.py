@@ -56,7 +56,7 @@ from parathink.stages import timings
 from parathink.training import rl_checkpoint
 from parathink.training.checkpointing import enable_checkpointing
 from parathink.training.losses import NORMALISERS, grpo_loss
-from parathink.training.master_weights import MasterAdamW, full_precision_state, to_half_keeping_masters
+from parathink.training.master_weights import HALF, MasterAdamW, full_precision_state, to_half_keeping_masters
 from parathink.training.rl_config import RLConfig
 from parathink.training.rl_parallel import (
     StepGroup,
@@ -233,7 +233,7 @@ def deepspeed_masters(model, keep: bool) -> dict[str, torch.Tensor] | None:
     from deepspeed.utils import safe_get_full_fp32_param
 
     inner = model.module
-    if not any(p.dtype in (torch.bfloat16, torch.float16) for p in inner.parameters()):
+    if not any(p.dtype in HALF for p in inner.parameters()):
         return None
     names = {id(p): n for n, p in inner.named_parameters()}
     gathered = {}
@@ -265,7 +265,7 @@ def load_deepspeed_masters(model, init_dir: Path) -> int:
                     values[key] = handle.get_tensor(key)
     done = 0
     for name, p in model.module.named_parameters():
-        if p.dtype in (torch.bfloat16, torch.float16) and name in values:
+        if p.dtype in HALF and name in values:
             safe_set_full_fp32_param(p, values[name].to(p.device))
             done += 1
     return done
