@@ -671,7 +671,7 @@ def rl(part: dict, deadline, bench: Bench) -> None:
 
     from parathink.training.checkpointing import enable_checkpointing
     from parathink.training.master_weights import to_half_keeping_masters
-    from parathink.training.rl import Problem, build_optimizer, kv_cache_bytes, sample_step, update
+    from parathink.training.rl import Problem, build_optimizer, sample_step, update
     from parathink.training.rl_rollouts import StepBatch, assemble
 
     bench.free_model()  # the step is measured alone on the device
@@ -687,7 +687,9 @@ def rl(part: dict, deadline, bench: Bench) -> None:
     optimizer, scheduler = build_optimizer(model, cfg, masters)
     del masters
     engine = Engine(model, tok, "parallel_r1", cfg.mode, cfg.num_paths, cuda_graphs=cfg.cuda_graphs,
-                    kv_cache_bytes=kv_cache_bytes(cfg, model, "bfloat16", "gpu_check_rl", 1))
+                    kv_cache_bytes=memory_model.engine_kv_bytes(  # as rl.setup sizes it; None on the CPU dry run
+                        cfg, "gpu_check_rl", model.config.to_dict(), "bfloat16",
+                        capacity(device) if device == "cuda" else None, 1))
     problems = [Problem(id=str(i), prompt_ids=p, answer="7")
                 for i, p in enumerate(_prompts(tok, scale.rl_prompts, scale.prompt_len, seed=3))]
     coin = random.Random(0)

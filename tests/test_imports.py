@@ -20,11 +20,12 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 KNOWN: set[tuple[str, str, str]] = set()
 
 
-def modules() -> dict[str, tuple[Path, bool]]:
-    """Dotted name -> (file, is a package)."""
+def modules(src: Path | None = None) -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package), of the package under ``src`` (SRC when None)."""
+    src = src or SRC
     out = {}
-    for path in (SRC / "parathink").rglob("*.py"):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
+    for path in (src / "parathink").rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         out[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
     return out
@@ -158,3 +159,84 @@ def test_planning_the_whole_curriculum_imports_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+ROOT = SRC.parent
+# Where parathink is imported from: the package, and the scripts and tests that run it.
+IMPORTERS = ("src/parathink", "benchmarks", "dags", "components", "tools", "tests")
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The names a module binds at its top level (defs, classes, assignments, imports; inside ``if``/``try`` too),
+    and those its ``__all__`` lists (a package that imports them lazily through ``__getattr__``)."""
+    names: set[str] = set()
+
+    def bind(target: ast.AST) -> None:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    bind(t)
+                    if isinstance(t, ast.Name) and t.id == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
+                        names.update(e.value for e in node.value.elts if isinstance(e, ast.Constant))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For)):
+                for part in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, part, []) or [])
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return names
+
+
+def unresolved_imports(root: Path, importers: tuple[str, ...]) -> list[str]:
+    """``file:line name`` for every ``from parathink.x import name`` (at any depth of the file, deferred imports
+    included) whose module does not exist or binds no ``name``, and every ``import parathink.x`` of no module.
+    A deferred import of a renamed function fails only when its code path runs (a GPU check on a device, say)."""
+    known = {m: p for m, (p, _) in modules(root / "src").items()}
+    bound: dict[str, set[str]] = {}
+    bad = []
+    for folder in importers:
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+                if isinstance(node, ast.Import):
+                    bad += [f"{where} {a.name}" for a in node.names
+                            if a.name.startswith("parathink.") and a.name not in known]
+                elif isinstance(node, ast.ImportFrom) and not node.level and (
+                        node.module == "parathink" or (node.module or "").startswith("parathink.")):
+                    if node.module not in known:
+                        bad.append(f"{where} {node.module}")
+                        continue
+                    names = bound.setdefault(node.module, top_level_names(known[node.module]))
+                    bad += [f"{where} {node.module}.{a.name}" for a in node.names
+                            if a.name != "*" and a.name not in names and f"{node.module}.{a.name}" not in known]
+    return bad
+
+
+def test_every_imported_parathink_name_exists():
+    assert unresolved_imports(ROOT, IMPORTERS) == []
+
+
+def test_the_name_check_sees_a_renamed_function(tmp_path):
+    (tmp_path / "src/parathink/training").mkdir(parents=True)
+    (tmp_path / "src/parathink/__init__.py").write_text("")
+    (tmp_path / "src/parathink/training/__init__.py").write_text("")
+    (tmp_path / "src/parathink/training/rl.py").write_text(
+        "import torch\nif True:\n    LIMIT = 1\ndef update():\n    pass\nclass Problem:\n    pass\n"
+        "__all__ = ['Engine']\n")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks/check.py").write_text(
+        "def rl():\n    from parathink.training.rl import Problem, kv_cache_bytes, update, LIMIT, torch\n"
+        "    from parathink.training import rl\n    from parathink.gone import x\n    import parathink.nothing\n"
+        "    from parathink_airflow import form\n")
+    assert unresolved_imports(tmp_path, ("benchmarks",)) == [
+        "benchmarks/check.py:2 parathink.training.rl.kv_cache_bytes", "benchmarks/check.py:4 parathink.gone",
+        "benchmarks/check.py:5 parathink.nothing"]
