@@ -7,9 +7,12 @@ import torch
 from scripted_lm import ScriptedLM, Trace
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
+from parathink.engine.sampling import UNIFORM_BITS, draw, stream_key, uniform_bits
 from parathink.engine.toy import prompt_ids
 from parathink.formats import parse
 from parathink.formats.layouts import TagIds
+
+NEG = float("-inf")
 
 
 def _prompts(tok, grammar, n):
@@ -145,3 +148,28 @@ def test_bad_input_is_refused_before_sampling(toy):
                 dict(repetition_penalty_in_paths=0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             SamplingConfig(**bad)
+
+
+def test_draw_never_takes_a_token_of_probability_zero_even_at_the_extreme_uniforms():
+    """The smallest and the largest uniform ``bits`` can give land on the first and the last token that has any
+    probability, wherever the banned (-inf) tokens sit: at both ends of the vocabulary and between."""
+    logits = torch.tensor([[NEG, NEG, 0.3, NEG, 1.2, -0.5, NEG, NEG]] * 2)
+    bits = torch.tensor([0, 2**UNIFORM_BITS - 1])
+    assert draw(logits, 1.0, 1.0, bits).tolist() == [2, 5]
+    assert draw(logits, 0.7, 1.0, bits).tolist() == [2, 5]
+    # top-p keeps tokens 4 and 2 (p 0.63 + 0.26 reaches 0.75): the largest uniform takes the last kept one, not 5
+    assert draw(logits, 1.0, 0.75, bits).tolist() == [2, 4]
+
+
+def test_draw_follows_the_distribution():
+    """Counter-hash uniforms through the inverse CDF: over 20,000 draws each token's frequency is its probability
+    to within 0.015 (a few standard deviations), and a banned token is never drawn."""
+    logits = torch.tensor([[2.0, 1.0, NEG, 0.0, -1.0]])
+    p = logits.softmax(-1)[0].tolist()
+    key = stream_key(7, 0)
+    n = 20_000
+    bits = torch.tensor([uniform_bits(key, i) for i in range(n)])
+    drawn = draw(logits.expand(n, -1), 1.0, 1.0, bits)
+    freq = torch.bincount(drawn, minlength=5).double() / n
+    assert freq[2] == 0
+    assert (freq - torch.tensor(p, dtype=torch.float64)).abs().max() < 0.015, (freq.tolist(), p)

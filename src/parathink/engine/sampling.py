@@ -103,10 +103,10 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, bits: torch.Ten
     # In float64: a float32 running sum moves in steps of ~6e-8, so the thousands of tokens far below that share
     # steps by rounding, are drawn far more often than their probability, and which of them is drawn flips with
     # the last bit of the logits (i.e. with the batch around the row).
-    probs = logits.double().softmax(-1)  # [B, V]
-    cdf = probs.cumsum(-1)
+    cdf = logits.double().softmax(-1).cumsum(-1)  # [B, V]
+    # u lies in (0, total]: bits + 0.5 < 2^52 is exact in float64, the scale by a power of two too, and their product
+    # rounds to at most the total. The first k with cdf[k] >= u has cdf[k - 1] < u <= cdf[k], an interval of nonzero
+    # width, so a token of probability zero (banned, or cut by top-p) is never drawn and k < V. Only NaN logits (a
+    # broken model) search past the end: the clamp keeps that row's token in range, its NaN log-prob shows it.
     u = (bits[:, None].double() + 0.5) * (cdf[:, -1:] * 2.0 ** -UNIFORM_BITS)
-    picked = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)  # [B, 1]
-    # u can round up onto the total; never return a token of probability zero (a banned one) then.
-    zero = probs.gather(1, picked) == 0
-    return torch.where(zero, probs.argmax(-1, keepdim=True), picked).squeeze(-1)
+    return torch.searchsorted(cdf, u).clamp_(max=cdf.shape[1] - 1).squeeze(-1)
