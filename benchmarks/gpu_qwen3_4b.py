@@ -531,7 +531,7 @@ def sft_estimate(arch: memory_model.Arch, length: int, checkpointing: bool, chun
     sequence's activations, one logits chunk, the workspace."""
     p = arch.params
     return {"weights": 2 * p, "grads": 2 * p, "optimizer": 4 * p,
-            "activations": memory_model.training_activations(arch, 2, 1, length, checkpointing, structured=True),
+            "activations": memory_model.training_activations(arch, 2, 1, length, checkpointing, mask="additive"),
             "logits": memory_model.logits_bytes(arch, 2, chunk), "workspace": memory_model.WORKSPACE}
 
 

@@ -47,14 +47,14 @@ def test_states_follow_dtype_and_zero_sharding():
 
 def test_checkpointing_keeps_layer_inputs_and_one_layer():
     a, rows, length = QWEN3_4B, 8, 5000
-    full = training_activations(a, 2, rows, length, checkpointing=False, structured=False)
-    ckpt = training_activations(a, 2, rows, length, checkpointing=True, structured=False)
+    full = training_activations(a, 2, rows, length, checkpointing=False)
+    ckpt = training_activations(a, 2, rows, length, checkpointing=True)
     per_layer = layer_activation_bytes(a, 2)
     tail = 2 * a.hidden * 2 + a.hidden * 4
     assert full == rows * length * (a.layers * per_layer + tail)
     assert ckpt == rows * length * (a.layers * a.hidden * 2 + per_layer + tail)
     assert full / ckpt > 15
-    structured = training_activations(a, 2, rows, length, checkpointing=True, structured=True)
+    structured = training_activations(a, 2, rows, length, checkpointing=True, mask="additive")
     assert structured - ckpt == rows * length * length * 2  # the 4-D additive mask, once
 
 

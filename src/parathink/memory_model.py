@@ -139,11 +139,8 @@ def recomputed_layer(arch: Arch, w: int, rows: int, length: int, checkpointing: 
     return rows * length * layer_activation_bytes(arch, w) + own_mask
 
 
-def training_activations(arch: Arch, w: int, rows: int, length: int, checkpointing: bool,
-                         structured: bool = False, *, mask: str | None = None) -> int:
-    """One micro-batch's backward: ``rows`` sequences padded to ``length`` tokens; ``mask`` as ``mask_bytes``
-    (``structured`` alone: ``additive``, else ``none``)."""
-    mask = mask or ("additive" if structured else "none")
+def training_activations(arch: Arch, w: int, rows: int, length: int, checkpointing: bool, mask: str = "none") -> int:
+    """One micro-batch's backward: ``rows`` sequences padded to ``length`` tokens; ``mask`` as ``mask_bytes``."""
     tokens = rows * length
     per_layer = layer_activation_bytes(arch, w)
     if checkpointing:

@@ -256,18 +256,16 @@ def load_deepspeed_masters(model, init_dir: Path) -> int:
     from deepspeed.utils import safe_set_full_fp32_param
     from safetensors import safe_open
 
-    files = sorted(Path(init_dir).glob("*.safetensors"))
-    values: dict[str, torch.Tensor] = {}
-    for f in files:
-        with safe_open(str(f), framework="pt") as handle:
-            for key in handle.keys():
-                if handle.get_slice(key).get_dtype() == "F32":
-                    values[key] = handle.get_tensor(key)
+    half = {name: p for name, p in model.module.named_parameters() if p.dtype in HALF}
     done = 0
-    for name, p in model.module.named_parameters():
-        if p.dtype in HALF and name in values:
-            safe_set_full_fp32_param(p, values[name].to(p.device))
-            done += 1
+    for f in sorted(Path(init_dir).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as handle:
+            for key in handle.keys():  # the same order on every process
+                if key in half and handle.get_slice(key).get_dtype() == "F32":
+                    # one tensor read at a time: every process of a node loads this, so the fp32 model is never
+                    # held whole in host memory (16 GB for Qwen3-4B, times the GPUs)
+                    safe_set_full_fp32_param(half[key], handle.get_tensor(key).to(half[key].device))
+                    done += 1
     return done
 
 
