@@ -24,7 +24,7 @@ budget; a watchdog thread writes the record and exits if a unit overruns the bud
 grpo_baseline under ZeRO-2, grpo_baseline under ZeRO-3), from a run directory that ``gpu_prepare.sh`` makes.
 
 Usage on the GPU machine (dependencies carried as wheels, docs/gpu.md "The GPU check"):
-    python benchmarks/gpu_check.py --out $OUT        # 420 s of boxes; the device call's timeout_s: 480
+    python benchmarks/gpu_check.py --out $OUT        # 420 s of boxes, ends by ~480 s; the call's timeout_s: 510
 ``--device cpu`` runs every section's code at toy sizes in well under a minute (CI does: tests/test_gpu_check.py).
 """
 
