@@ -34,9 +34,10 @@ def sampled():
 
 
 def whole_logprobs(model, engine, samples):
-    """The computation chunking replaces: the full [B, L, V] logits, gathered and log-softmaxed whole."""
+    """The computation chunking and the device-built masks replace: the full [B, L, V] logits under the dense
+    host-built additive mask of the layout (the causal one too), gathered and log-softmaxed whole."""
     seqs = [list(s.prompt_ids) + list(s.response_ids) for s in samples]
-    layout = build_batch_layout(seqs, engine.tags)
+    layout = build_batch_layout(seqs, engine.tags if engine.mode == "structured" else None)
     ids = torch.full((len(seqs), layout.position_ids.shape[1]), engine.pad, dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, :len(s)] = torch.tensor(s)
@@ -56,9 +57,17 @@ def _grads(model, loss):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 10_000])
-def test_chunked_logprobs_equal_the_whole_computation(sampled, chunk):
+@pytest.mark.parametrize("mode,chunk", [("structured", 1), ("structured", 7), ("structured", 10_000),
+                                        ("causal", 7)])
+def test_chunked_logprobs_equal_the_whole_computation(sampled, mode, chunk):
+    """Values and gradients of the update's log-probs (chunked lm_head; SDPA's causal path for the causal grammar,
+    the device-built mask for the structured one) against the whole logits under the old dense host mask; the rows
+    have different lengths, so right padding is exercised."""
+    from types import SimpleNamespace
+
     model, engine, samples = sampled
+    engine = SimpleNamespace(mode=mode, tags=engine.tags, pad=engine.pad)
+    assert len({len(s.prompt_ids) + len(s.response_ids) for s in samples}) > 1  # padded rows
     assert any(s.response_ids for s in samples)
     whole = whole_logprobs(model, engine, samples)
     chunked, _ = recompute_logprobs(model, engine, samples, chunk_tokens=chunk)
@@ -70,6 +79,43 @@ def test_chunked_logprobs_equal_the_whole_computation(sampled, chunk):
     assert g_whole.keys() == g_chunk.keys() and g_whole
     for name in g_whole:
         assert torch.allclose(g_chunk[name], g_whole[name], atol=TOL, rtol=1e-4), name
+
+
+def test_structured_mask_built_on_the_device_equals_the_layouts(sampled):
+    """structured_batch_inputs gives exactly what the host-built layout gave (mask, positions, path ids), padding
+    rows included."""
+    from parathink.modeling.attention import structured_batch_inputs, to_4d_mask
+
+    _model, engine, samples = sampled
+    seqs = [list(s.prompt_ids) + list(s.response_ids) for s in samples]
+    layout = build_batch_layout(seqs, engine.tags)
+    ours = structured_batch_inputs(seqs, engine.tags, torch.device("cpu"), torch.bfloat16, path_ids=True)
+    assert torch.equal(ours["attention_mask"], to_4d_mask(layout.attention_mask, torch.bfloat16))
+    assert torch.equal(ours["position_ids"], layout.position_ids)
+    assert torch.equal(ours["path_ids"], layout.path_ids)
+    assert not layout.attention_mask.tril().all()  # paths hide from each other: more than a causal mask
+
+
+def test_causal_rollouts_take_sdpas_causal_path(sampled, monkeypatch):
+    """The causal grammar hands SDPA no mask and is_causal=True (its flash kernel's path on a GPU): no [L, L]
+    tensor is built, on the host or the device."""
+    from types import SimpleNamespace
+
+    model, engine, samples = sampled
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kw):
+        calls.append((kw.get("attn_mask"), kw.get("is_causal")))
+        return sdpa(*args, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    with torch.no_grad():
+        recompute_logprobs(model, SimpleNamespace(mode="causal", tags=engine.tags, pad=engine.pad), samples)
+        assert calls and all(mask is None and causal for mask, causal in calls)
+        calls.clear()
+        recompute_logprobs(model, engine, samples)  # structured: a 4-D mask, not is_causal
+        assert calls and all(mask is not None and mask.dim() == 4 and not causal for mask, causal in calls)
 
 
 def test_chunked_entropy_equals_the_whole_computation(sampled):

@@ -2,7 +2,8 @@
 
 One full forward of prompt + response per sample under the layout the engine sampled with
 (``Engine.layout``: plain causal in ``causal`` mode, ``build_layout`` in ``structured`` mode), through the
-model's own forward with the 4-D mask and position ids of ``parathink.modeling.structured_inputs``.
+model's own forward: SDPA's causal path in ``causal`` mode, the 4-D mask and position ids built on the device in
+``structured`` mode (``parathink.modeling.attention``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from parathink.formats.layouts import build_batch_layout
-from parathink.modeling.attention import structured_inputs
+from parathink.modeling.attention import causal_batch_inputs, structured_batch_inputs
 from parathink.modeling.chunked import final_hidden, projectable, token_logprobs
 
 CHUNK_TOKENS = 1024  # response tokens per lm_head chunk (see the module docstring)
@@ -26,17 +26,17 @@ def recompute_logprobs(model, engine, samples: Sequence, with_entropy: bool = Fa
     if not samples:
         raise ValueError("recompute_logprobs: no samples")
     seqs = [list(s.prompt_ids) + list(s.response_ids) for s in samples]
-    tags = engine.tags if engine.mode == "structured" else None
-    layout = build_batch_layout(seqs, tags)
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    length = layout.position_ids.shape[1]
+    length = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), length), engine.pad, dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, :len(s)] = torch.tensor(s)
     inner = getattr(model, "module", model)  # a DDP / DeepSpeed wrapper holds the model as .module
-    inputs = structured_inputs(layout, dtype=dtype, path_ids=bool(getattr(inner.config, "parathink_max_paths", 0)))
-    inputs = {k: v.to(device) for k, v in inputs.items()}
+    with_paths = bool(getattr(inner.config, "parathink_max_paths", 0))
+    # causal: SDPA's is_causal path, no [L, L] mask; structured: the mask built on the device (modeling.attention)
+    inputs = (structured_batch_inputs(seqs, engine.tags, device, dtype, with_paths) if engine.mode == "structured"
+              else causal_batch_inputs(len(seqs), length, device, with_paths))
     # The real response tokens, flattened: token j of sample b sits at n_b + j and is predicted from n_b + j - 1.
     rows = torch.cat([torch.full((len(s.response_ids),), i, dtype=torch.long) for i, s in enumerate(samples)])
     cols = torch.cat([torch.arange(len(s.response_ids)) for s in samples])

@@ -57,3 +57,55 @@ def structured_inputs(layout, dtype: torch.dtype = torch.float32, path_ids: bool
         ids = layout.path_ids
         out["path_ids"] = ids.unsqueeze(0) if ids.dim() == 1 else ids  # [B, L]
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The RL update's inputs, built where the model runs (``parathink.engine.recompute_logprobs``)
+#
+# A dense additive mask for a micro-batch of 8 x 5,000 tokens is 8 x 5,000^2 entries: 400 MB in bf16 (and a 200 MB
+# bool layout beside it), built row by row on the host and copied to the device per forward; worse, any 4-D mask keeps
+# SDPA off its flash kernel. The causal grammar needs none: right padding sits after every real token, so a causal
+# query never reaches it and SDPA's ``is_causal`` path computes the real tokens exactly (the padded rows' outputs are
+# never read). Structured grammars keep their mask, built on the device from [B, L] per-token tables instead.
+
+
+def causal_batch_inputs(batch: int, length: int, device, path_ids: bool = False) -> dict[str, torch.Tensor]:
+    """Model keyword arguments for right-padded causal rows: no mask and no position ids, so that transformers hands
+    SDPA ``attn_mask=None, is_causal=True`` (eager builds its own causal mask on the device). Position ids are left
+    out on purpose: a padded row's restarted positions would read as packed sequences and bring a dense mask back."""
+    out: dict[str, torch.Tensor] = {}
+    if path_ids:
+        out["path_ids"] = torch.zeros(batch, length, dtype=torch.long, device=device)
+    return out
+
+
+def structured_batch_inputs(seqs, tags, device, dtype: torch.dtype = torch.float32,
+                            path_ids: bool = False) -> dict[str, torch.Tensor]:
+    """Model keyword arguments for right-padded structured rows: the additive [B, 1, L, L] mask of
+    ``to_4d_mask(build_batch_layout(seqs, tags).attention_mask)``, built on ``device`` one row at a time from each
+    token's path index and block (``layouts.scan``), with the layout's position and path ids. Only [B, L] tables
+    cross from the host; the device holds the mask and one row's [L, L] temporaries."""
+    from parathink.formats.layouts import scan
+
+    b, length = len(seqs), max(len(s) for s in seqs)
+    tables = torch.zeros(4, b, length, dtype=torch.long)  # positions, path ids, block ids, path index (0 = no path)
+    for row, seq in enumerate(seqs):
+        pos, pid, blk, _region, order = scan(list(seq), tags)
+        tables[:, row, :len(seq)] = torch.tensor([pos, pid, blk, order], dtype=torch.long)
+    pos, pid, blk, order = tables.to(device).unbind(0)
+    k = torch.arange(length, device=device)
+    causal = k[None, :] <= k[:, None]  # [L, L]
+    mask = torch.full((b, 1, length, length), torch.finfo(dtype).min, dtype=dtype, device=device)
+    for row, seq in enumerate(seqs):
+        n = len(seq)
+        o, g = order[row, :n], blk[row, :n]
+        in_path = o > 0
+        # layouts._mask: causal, except a path token never sees another path of its own block
+        other_path = in_path[:, None] & in_path[None, :] & (g[:, None] == g[None, :]) & (o[:, None] != o[None, :])
+        mask[row, 0, :n, :n].masked_fill_(causal[:n, :n] & ~other_path, 0)
+        pad = k[n:]
+        mask[row, 0, pad, pad] = 0  # padding rows attend to themselves only, so that no softmax row is empty
+    out = {"attention_mask": mask, "position_ids": pos}
+    if path_ids:
+        out["path_ids"] = pid
+    return out
