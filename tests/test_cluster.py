@@ -144,3 +144,59 @@ def test_a_misspelt_profile_key_is_one_line_naming_it():
         compose(["experiment=parallel_r1_seen", "+cluster.sratch=null"])
     with pytest.raises(ConfigError, match=r"^cluster\.sratch: not a cluster profile key \(known: accelerator, "):
         cluster.placement({**compose(["experiment=parallel_r1_seen"]).cluster, "sratch": None}, "sft")
+
+
+# ---------------------------------------------------------------- each stage's launch (parathink.launch runs it)
+
+def test_plan_gives_every_single_node_eight_gpu_stage_a_launch_of_eight_ranks(capsys):
+    """`parathink plan experiment=parallel_r1_seen`: torchrun with 8 ranks for each GPU stage but the teacher, whose
+    one process runs 8 vLLM engines (data parallel); filter, a CPU stage, is one process."""
+    assert cli.main(["plan", "experiment=parallel_r1_seen"]) == 0
+    placement = json.loads(capsys.readouterr().out)["placement"]
+    for stage in ("base", "sft", "rl_easy", "rl_hard", "eval"):
+        assert placement[stage]["launch"] == ["torchrun", "--nproc_per_node", "8", "-m", "parathink.cli", "stage",
+                                              stage], stage
+        assert placement[stage]["procs_per_node"] == 8 and placement[stage]["engines"] is None
+    teacher = placement["teacher"]
+    assert teacher["launch"] == ["parathink", "stage", "teacher"] and teacher["procs_per_node"] == 1
+    assert teacher["engines"] == {"parallel": "data", "engines": 8, "gpus_per_engine": 1}
+    assert placement["filter"]["launch"] == ["parathink", "stage", "filter"]
+
+
+@pytest.mark.parametrize("overrides, stage, launch", [
+    ([], "sft", ["parathink", "stage", "sft"]),  # the local profile: CPU stages, one process
+    (["cluster=gpu", "cluster.gpus_per_node=1"], "sft", ["parathink", "stage", "sft"]),
+    (["cluster=gpu", "cluster.gpus_per_node=2"], "rl_hard",
+     ["torchrun", "--nproc_per_node", "2", "-m", "parathink.cli", "stage", "rl_hard"]),
+    (["cluster=gpu", "cluster.accelerator=cpu"], "sft", ["parathink", "stage", "sft"]),
+    # A TrainJob's runtime gives torchrun its nodes and processes per node (PET_* variables).
+    (["cluster=gpu", "+cluster.stage_overrides.sft.nodes=2"], "sft", ["torchrun", "-m", "parathink.cli", "stage",
+                                                                      "sft"]),
+])
+def test_the_launch_follows_gpus_nodes_and_accelerator(overrides, stage, launch):
+    p = cluster.placement(compose(overrides), stage)
+    assert p.launch == launch
+    assert p.procs_per_node == max(1, p.gpus_per_node)
+
+
+@pytest.mark.parametrize("overrides, engines", [
+    (["teacher.vllm.parallel=tensor"], {"parallel": "tensor", "engines": 1, "gpus_per_engine": 8}),
+    (["cluster.gpus_per_node=4"], {"parallel": "data", "engines": 4, "gpus_per_engine": 1}),
+    (["cluster.accelerator=cpu"], {"parallel": "data", "engines": 1, "gpus_per_engine": 1}),
+    (["teacher.backend=self"], None),
+])
+def test_the_vllm_teachers_engines_use_every_gpu_of_its_pod(overrides, engines):
+    p = cluster.placement(compose(["experiment=parallel_r1_seen", *overrides]), "teacher")
+    assert p.engines == engines
+    expected = 8 if engines is None and p.gpu else 1  # another backend: the ranks, as any GPU stage
+    assert p.procs_per_node == expected and (p.launch[0] == "torchrun") == (expected > 1)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("teacher.vllm.parallel=pipeline", "teacher.vllm.parallel: must be one of"),
+    ("+cluster.stage_overrides.teacher.nodes=2", "cluster.stage_overrides.teacher.nodes: the vLLM teacher runs on "
+                                                 "one node"),
+])
+def test_a_teacher_launch_that_cannot_work_is_refused(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        cluster.placement(compose(["experiment=parallel_r1_seen", override]), "teacher")

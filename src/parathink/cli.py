@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stage", help="run one curriculum stage")
     st.add_argument("name")
     st.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. run_dir=runs/x sft.lr=1e-5")
-    st.set_defaults(func=_delegate("parathink.stages.runner", "main_stage"))
+    # parathink.launch: one process per GPU (the placement's launch, under torchrun), else the stage here.
+    st.set_defaults(func=_delegate("parathink.launch", "main_stage"))
 
     u = sub.add_parser("unlock", help="break a stage's lock whose holder is gone (docs/reliability.md)")
     u.add_argument("run_dir")
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     for name, module, func, help_ in [
-        ("run", "parathink.stages.runner", "main_run", "run the curriculum's stages in order"),
+        ("run", "parathink.launch", "main_run", "run the curriculum's stages in order"),
         ("demo", "parathink.stages.runner", "main_demo", "run the tiny curriculum and print its table"),
         ("promote", "parathink.tracking.registry", "main_promote", "move the champion alias if the candidate wins"),
         ("compare", "parathink.tracking.compare", "main_compare", "print runs' tables side by side (two or more)"),

@@ -32,7 +32,7 @@ OVERRIDABLE = {"gpus_per_node", "nodes", "resources", "timeout_s"}
 PROFILE_KEYS = {"name", "accelerator", "image", "image_pull_policy", "namespace", "service_account", "runs_root",
                 "gpu_resource", "gpus_per_node", "gpu_memory", "nodes", "gpu_stages", "hub_stages", "node_pool",
                 "resources", "shm_size", "env", "secrets", "volume", "scratch", "retries", "timeout_s",
-                "startup_timeout_s", "stage_overrides", "run_as_user", "trainer_runtime"}
+                "startup_timeout_s", "stage_overrides", "run_as_user", "trainer_runtime", "data_roots"}
 # Kubernetes quantities (cpu "500m" / "32", memory "8Gi" / "512M"): checked here so that a typo fails at plan time.
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -84,14 +84,60 @@ class Placement:
     # A GPU stage's memory on one GPU (parathink.memory_model, docs/gpu.md): {estimate_gib, capacity_gib, parts:
     # {weights, grads, optimizer, activations, logits, kv_cache, workspace}, note}; None on a CPU or with no shape.
     device_memory: dict[str, Any] | None = None
+    # The vLLM teacher's engines over the pod's GPUs (teacher.vllm.parallel): {parallel: data | tensor, engines,
+    # gpus_per_engine}; None for every other stage. Such a stage runs as one process: its engines are the GPUs' users.
+    engines: dict[str, Any] | None = None
     procs_per_node: int = field(init=False)
+    # The argv that starts the stage's processes on each node, before its overrides (parathink.launch, which runs it):
+    # ``torchrun --nproc_per_node N -m parathink.cli stage NAME`` for a single-node stage of N > 1 GPUs,
+    # ``torchrun -m parathink.cli stage NAME`` on a multi-node TrainJob (the runtime's PET_* variables give torchrun
+    # the nodes and processes), ``parathink stage NAME`` (one process) otherwise.
+    launch: list[str] = field(init=False)
 
     def __post_init__(self):
-        # torchrun starts one process per GPU; a CPU stage runs as one process.
-        object.__setattr__(self, "procs_per_node", max(1, self.gpus_per_node))
+        # torchrun starts one process per GPU; a CPU stage, or one whose engines use the GPUs, runs as one process.
+        procs = 1 if self.engines else max(1, self.gpus_per_node)
+        object.__setattr__(self, "procs_per_node", procs)
+        object.__setattr__(self, "launch", launch_argv(self.stage, procs, self.nodes))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def launch_argv(stage: str, procs_per_node: int, nodes: int) -> list[str]:
+    """The argv that starts ``stage`` with ``procs_per_node`` processes on each of ``nodes`` nodes (before its
+    overrides): what :attr:`Placement.launch` holds and what every launcher runs (parathink.launch)."""
+    module = ["-m", "parathink.cli", "stage", stage]  # `python -m parathink.cli` is the `parathink` command
+    if nodes > 1:
+        return ["torchrun", *module]
+    if procs_per_node > 1:
+        return ["torchrun", "--nproc_per_node", str(procs_per_node), *module]
+    return ["parathink", "stage", stage]
+
+
+VLLM_PARALLEL = ("data", "tensor")
+
+
+def teacher_engines(cfg: Any, stage: str, gpus: int, nodes: int) -> dict[str, Any] | None:
+    """The vLLM teacher's engines over its pod's ``gpus`` (``teacher.vllm.parallel``), or None: not the teacher,
+    another backend, or no root config to read it from. ``data``: one engine per GPU, each with its share of the
+    problems; ``tensor``: one engine over every GPU (tensor_parallel_size = ``gpus``). On a CPU: one engine."""
+    if stage != "teacher" or not (hasattr(cfg, "get") and "cluster" in cfg) or cfg.get("teacher") is None:
+        return None
+    teacher = cfg.get("teacher")
+    if str(teacher.get("backend")) != "vllm":
+        return None
+    vllm = teacher.get("vllm") or {}
+    parallel = str(vllm.get("parallel", "data"))
+    if parallel not in VLLM_PARALLEL:
+        raise ConfigError(f"teacher.vllm.parallel: must be one of {VLLM_PARALLEL}, got {parallel!r}")
+    if nodes > 1:
+        raise ConfigError("cluster.stage_overrides.teacher.nodes: the vLLM teacher runs on one node (its engines "
+                          "share no process group across nodes)")
+    gpus = max(1, gpus)
+    if parallel == "tensor":
+        return {"parallel": parallel, "engines": 1, "gpus_per_engine": gpus}
+    return {"parallel": parallel, "engines": gpus, "gpus_per_engine": 1}
 
 
 def _get(profile: Mapping, key: str, where: str):
@@ -239,7 +285,9 @@ def _profile_dict(cfg) -> dict:
 
 
 def placement(cfg, stage: str) -> Placement:
-    """The placement of ``stage`` under the config's cluster profile; raises ConfigError naming the bad key."""
+    """The placement of ``stage`` under the config's cluster profile; raises ConfigError naming the bad key.
+    ``cfg`` is the composed root config or its ``cluster`` section (then the teacher's engines are not known)."""
+    root = cfg
     p = _profile_dict(cfg)
     w = "cluster"
     unknown = sorted(set(p) - PROFILE_KEYS)
@@ -277,11 +325,12 @@ def placement(cfg, stage: str) -> Placement:
     retries = _get(p, "retries", w)
     if not isinstance(retries, Mapping) or set(retries) != {"max", "backoff_s"}:
         raise ConfigError(f"cluster.retries: must be {{max: N, backoff_s: S}}, got {retries!r}")
+    nodes = _count(mine.get("nodes", _get(p, "nodes", w)), f"{w}.nodes", 1) if gpu else 1
     return Placement(
         stage=stage,
         gpu=gpu,
         gpus_per_node=gpus if gpu else 0,
-        nodes=_count(mine.get("nodes", _get(p, "nodes", w)), f"{w}.nodes", 1) if gpu else 1,
+        nodes=nodes,
         resources=_resources(mine.get("resources", resources[kind]), f"{w}.resources.{kind}"),
         node_selector=_string_map(pool.get("node_selector") or {}, f"{w}.node_pool.node_selector") if gpu else {},
         tolerations=_tolerations(pool.get("tolerations") or [], f"{w}.node_pool.tolerations") if gpu else [],
@@ -302,6 +351,7 @@ def placement(cfg, stage: str) -> Placement:
         trainer_runtime=str(p.get("trainer_runtime", "torch-distributed")),
         run_as_user=_count(p.get("run_as_user", 1000), f"{w}.run_as_user", 1),
         hub=stage in (p.get("hub_stages") or []),
+        engines=teacher_engines(root, stage, gpus if gpu else 0, nodes),
     )
 
 
@@ -309,7 +359,7 @@ def plan(cfg, stages: list[str]) -> dict[str, Placement]:
     """{stage: placement} for ``stages``, in order; with a composed root config, refused (ConfigError) when a
     placement cannot hold the model (:func:`check_memory`)."""
     p = _profile_dict(cfg)
-    placements = {stage: placement(p, stage) for stage in stages}
+    placements = {stage: placement(cfg, stage) for stage in stages}  # the root config: the teacher's engines
     model = cfg.get("model") if hasattr(cfg, "get") and "cluster" in cfg else None
     if model is not None:
         placements = {stage: _with_device_memory(cfg, pl, p.get("gpu_memory")) for stage, pl in placements.items()}
