@@ -205,3 +205,42 @@ def test_the_installed_command_in_a_subprocess(tmp_path, args, line):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().startswith(line) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stdout == "" and not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- the rules every field keeps (issue 48 item 5)
+
+FLOATS = [(k, hint, f) for k, hint, f in LEAVES if optional_of(hint)[0] is float]
+INTS = [(k, hint, f) for k, hint, f in LEAVES if optional_of(hint)[0] is int]
+
+
+def test_no_float_field_takes_nan_or_infinity_and_no_int_field_a_number_past_the_ceiling():
+    """The rule is ``config_fields.violation``'s, so it holds for a field whatever bounds it declares (or none)."""
+    from parathink.config_fields import INT_CEILING, violation
+
+    assert len(FLOATS) > 20 and len(INTS) > 50
+    for key, _, f in FLOATS:
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            assert violation(f, bad), (key, bad)
+    for key, _, f in INTS:
+        assert violation(f, INT_CEILING + 1) and violation(f, 10**20), key
+
+
+@pytest.mark.parametrize("key, value, line", [
+    ("sft.lr", float("nan"), "config: sft.lr: must be a finite number, got nan"),
+    ("sft.epochs", float("inf"), "config: sft.epochs: must be a finite number > 0, got inf"),
+    ("seed", 10**20, "config: seed: must be an integer in [0, 4294967295], got 100000000000000000000"),
+    ("seed", 2**32, "config: seed: must be an integer in [0, 4294967295], got 4294967296"),
+    ("model.init_seed", -1, "config: model.init_seed: must be an integer in [0, 4294967295], got -1"),
+    ("sft.max_steps", 10**20, "config: sft.max_steps: must be an integer <= 100000000, got 100000000000000000000"),
+    ("teacher.limit", 10**10, "config: teacher.limit: must be an integer in [1, 1000000000] or null, got 10000000000"),
+    ("eval.sampling.max_new_tokens", 10**20, "config: eval.sampling.max_new_tokens: must be an integer in "
+                                             "[1, 16777216], got 100000000000000000000"),
+    ("base.max_steps", 10**13, "config: base.max_steps: must be an integer, within ±10^12 "
+                               "(config_fields.INT_CEILING), got 10000000000000"),
+])
+def test_the_issue_s_values_are_refused_in_one_line(key, value, line):
+    assert refusal(with_value(key, value)) == line
+
+
+def test_the_largest_seed_is_accepted():
+    config_schema.check(with_value("seed", 2**32 - 1))

@@ -8,7 +8,11 @@ key and what is allowed:
 
 - a key the schema does not have, at any depth (Hydra's ``+key=value`` adds any key, schema or not);
 - a value of the wrong type, or a missing one;
-- a value outside the bounds or choices its field declares (``parathink.config_fields``).
+- a value outside the bounds or choices its field declares (``parathink.config_fields``), a float that is not
+  finite, an integer past ``config_fields.INT_CEILING``;
+- ``stages`` empty or naming a stage twice; ``run_dir``, ``stage_cache`` or ``cache_dir`` a URL of a scheme other
+  than ``s3://`` (``http://host/x`` would become the local folder ``./http:/host/x``); ``tracking.uri`` of a scheme
+  MLflow cannot store to (``TRACKING_SCHEMES``).
 
 ``parathink.config.compose`` runs it on every composition, so ``parathink run``, ``stage``, ``plan`` and every
 orchestrator refuse such a key before anything starts (exit 2). What needs more than one key, a file or the machine
@@ -37,7 +41,16 @@ from omegaconf.errors import (
 )
 
 from parathink.cluster import ACCELERATORS, PULL_POLICIES
-from parathink.config_fields import at_least, one_of, optional_of, requirement, violation, within
+from parathink.config_fields import (
+    at_least,
+    beyond_any_field,
+    one_of,
+    optional_of,
+    requirement,
+    seed,
+    violation,
+    within,
+)
 from parathink.errors import ConfigError
 from parathink.formats.tags import GRAMMARS, MAX_PARATHINKER_PATHS
 from parathink.quality.filter_config import FilterStageConfig
@@ -54,6 +67,11 @@ TRACKING_BACKENDS = ("mlflow", "jsonl", "none")
 # transformers' attention implementations; a structured layout needs sdpa or eager (the stages refuse the others)
 ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 GROUPS = ("model", "data", "tracking", "cluster")  # RootConfig's other sections are stages
+# The stores an MLflow tracking URI may name: a path (no scheme), file:, SQLite and the other SQL databases
+# (``postgresql+psycopg2://``: the part before '+'), an HTTP(S) server, Databricks.
+TRACKING_SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+SCALES = ("full", "cpu")  # hydra_conf/scale/*.yaml: the sizes a run keeps or shrinks
 
 
 # ---------------------------------------------------------------- config groups (values: hydra_conf/<group>/*.yaml)
@@ -76,7 +94,7 @@ class ModelConfig:
     source: str = MISSING
     dtype: str = one_of(DTYPES, MISSING)
     attn_implementation: str = one_of(ATTENTION, MISSING)  # sdpa and eager take the 4-D structured mask
-    init_seed: int = at_least(0, MISSING)
+    init_seed: int = seed(MISSING)
     parathinker_max_paths: int = within(0, MAX_PARATHINKER_PATHS, MISSING)
     params: float | None = at_least(1, None)  # parameters, for `parathink plan`'s memory check; null = unchecked
     tokenizer: TokenizerSettings | None = None  # the tiny model's only
@@ -136,6 +154,8 @@ class ClusterProfile:
     namespace: str = MISSING
     service_account: str = MISSING
     runs_root: str = MISSING
+    # where a trigger form may point data and eval URIs; PARATHINK_DATA_ROOTS overrides it (parathink.form_policy)
+    data_roots: list[str] = field(default_factory=list)
     gpu_resource: str = MISSING
     gpus_per_node: int = at_least(0, MISSING)
     gpu_memory: str | None = None
@@ -181,7 +201,7 @@ class RootConfig:
     # the run's own settings
     experiment_name: str = MISSING
     run_dir: str = MISSING
-    seed: int = at_least(0, MISSING)
+    seed: int = seed(MISSING)  # in [0, 2^32): every generator a stage seeds (numpy's, torch's, random's) takes it
     format: str = one_of(GRAMMARS, MISSING)
     stages: list[str] = MISSING
     force: list[str] = field(default_factory=list)
@@ -191,6 +211,8 @@ class RootConfig:
     # file, instead of run (parathink.stages.stage_cache, docs/reliability.md).
     stage_cache: str | None = None
     stage_modules: dict[str, str] = field(default_factory=dict)
+    # full: the sizes the experiment gives | cpu: its code paths at toy sizes on a CPU (hydra_conf/scale/cpu.yaml)
+    scale: str = one_of(SCALES, "full")
 
 
 def check(cfg: DictConfig) -> None:
@@ -210,6 +232,40 @@ def check(cfg: DictConfig) -> None:
     except (ValidationError, ConfigTypeError) as err:  # an interpolation's value, of the wrong type for its field
         raise ConfigError(f"config: {wrong_value(err.full_key, OmegaConf.select(cfg, err.full_key))}") from None
     _check_stage_overrides(values, plugins)
+    _check_run_settings(OmegaConf.to_container(cfg, resolve=True))
+
+
+def _check_run_settings(values: dict) -> None:
+    """What a single field's type and bounds cannot say: ``stages`` a list of distinct names, the locations of the
+    run a path or ``s3://``, the tracking store one MLflow writes to."""
+    stages = [str(s) for s in values.get("stages") or []]
+    if not stages:
+        raise ConfigError("config: stages: must name at least one stage, got []")
+    repeated = sorted({s for s in stages if stages.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"config: stages: names {', '.join(map(repr, repeated))} more than once: a stage runs once "
+                          f"per run, got {stages}")
+    for key in ("run_dir", "stage_cache", "cache_dir"):
+        where = values.get(key)
+        scheme = url_scheme(str(where)) if where is not None else None
+        if scheme is not None and (scheme != "s3" or key == "cache_dir"):  # cache_dir is local disk
+            allowed = "a local path" if key == "cache_dir" else "a local path or an s3:// URI"
+            raise ConfigError(f"config: {key}: must be {allowed}, got {where!r} (a {scheme}:// URL)")
+    tracking = values.get("tracking") or {}
+    uri = tracking.get("uri")
+    if tracking.get("backend") == "mlflow" and uri is not None:
+        scheme = (url_scheme(str(uri)) or "").split("+")[0].lower()
+        if scheme not in TRACKING_SCHEMES:
+            from parathink.redact import redact_text
+
+            raise ConfigError(f"config: tracking.uri: {redact_text(str(uri))!r} is not a store MLflow tracks to "
+                              f"(schemes: a path, {', '.join(s + ':' for s in TRACKING_SCHEMES if s)})")
+
+
+def url_scheme(value: str) -> str | None:
+    """The scheme of a URL, lower case (``http`` of ``http://host/x``); None for a path (``runs/a``, ``a:b``)."""
+    m = _URL.match(value.strip())
+    return m.group(1).lower() if m else None
 
 
 def _merge(values: dict, plugins: set[str]) -> DictConfig:
@@ -264,7 +320,20 @@ def wrong_value(key: str, value: Any) -> str:
     at = _field_at(key)
     if at is None:
         return f"{key}: not allowed here, got {value!r}"
-    return f"{key}: must be {requirement(*at)}, got {value!r}"
+    return f"{key}: must be {requirement_for(at, value)}, got {value!r}"
+
+
+def requirement_for(at: tuple[Any, dataclasses.Field], value: Any) -> str:
+    """``requirement`` of the field, with the rule every field keeps that ``value`` breaks (finite, not past the
+    integer ceiling) when its own bounds do not already say it."""
+    hint, f = at
+    required = requirement(hint, f)
+    broken = beyond_any_field(value)
+    if broken is None or f.metadata.get("bounds", (None, None))[1] is not None:
+        return required
+    if broken.startswith("a finite"):
+        return required.replace("a number", "a finite number", 1) if "a number" in required else broken
+    return f"{required}, {broken.removeprefix('an integer ')}"
 
 
 # ---------------------------------------------------------------- walking the schema

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parathink.config_fields import at_least, probability_mass, within
+from parathink.config_fields import at_least, probability_mass, tokens, within
 from parathink.errors import ConfigError
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
 from parathink.quality.thresholds import EvalThresholds
@@ -30,7 +30,7 @@ MODELS = ("base", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
 class Sampling:
     temperature: float = at_least(0, 1.0)  # the paper samples at T=1.0 for mean@k / pass@k
     top_p: float = probability_mass(1.0)
-    max_new_tokens: int = at_least(1, 320)  # response budget, every path counted; 3 hard paths and a summary: <= ~290
+    max_new_tokens: int = tokens(320)  # response budget, every path counted; 3 hard paths and a summary: <= ~290
 
 
 def _tiny_sets() -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parathink.config_fields import at_least, probability_mass
+from parathink.config_fields import at_least, count, probability_mass
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import TeacherThresholds
 
@@ -110,7 +110,7 @@ class TeacherConfig:
     # scripted writes parallel_r1 only, self all three; the zero-shot prompt is teacher_<grammar>.txt
     grammar: str = "${format}"
     problems: Any = "${data.cold_start}"  # problem sets (parathink.data.sources specs)
-    limit: int | None = at_least(1, None)  # first N problems only (smoke runs); null = all
+    limit: int | None = count(None)  # first N problems only (smoke runs); null = all
     scripted: ScriptedConfig = field(default_factory=ScriptedConfig)
     self: SelfConfig = field(default_factory=SelfConfig)
     hf: HFConfig = field(default_factory=HFConfig)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parathink.config_fields import above, at_least, fraction
+from parathink.config_fields import above, at_least, fraction, steps
 from parathink.errors import ConfigError
 from parathink.quality.thresholds import SFTThresholds
 from parathink.training.optim_config import with_betas
@@ -74,7 +74,7 @@ class SFTConfig:
     global_batch: int = 32  # sequences per optimiser step (the paper: 128); accumulation fills micro_batch x world
     micro_batch: int = 16  # sequences per device and forward; lowers activation memory, not the result
     epochs: float = above(0, 6.0)  # passes over the traces (the paper: 2 for Seen); max_steps > 0 overrides it
-    max_steps: int = -1  # > 0: this many optimiser steps, whatever the epochs
+    max_steps: int = steps(-1)  # > 0: this many optimiser steps, whatever the epochs
     # Wall-clock cap: stops and checkpoints; 0 = none. A cap cuts the cosine schedule before it anneals, and the
     # format may then not be learnt (the gate's full_schedule check fails such a model).
     max_minutes: float = at_least(0, 0.0)
