@@ -10,13 +10,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 EXECUTORS = ("local", "kubernetes", "kfp")
-# A Hydra override: key=value, with + (add a key), ++ (add or replace) or ~ (delete) before the key.
-OVERRIDE = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_.@/\-]*)=[^\n\r]*")
+# A Hydra override: key=value, with + (add a key), ++ (add or replace) or ~ (delete) before the key. No value holds
+# a '$' (interpolations and resolvers, ${oc.env:...} among them, in any escape) nor a control character.
+OVERRIDE = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_.@/\-]*)=[^$\x00-\x1f\x7f]*")
 OVERRIDE_PATTERN = f"^{OVERRIDE.pattern}$"  # the same rule in the form's JSON schema (without an allowlist)
-GLOB = re.compile(r"[A-Za-z0-9_.@/*\-]+")  # a key glob of hydra_conf/form_allowlist.yaml
+# The pieces of the allowlist's pattern, as parathink.form_policy has them (tests/dags/test_dag_form.py keeps the two
+# patterns equal): dotted keys (no '@' package, no '/' group), no '$' in a value, groups chosen by a file's name.
+KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*"
+VALUE = r"[^$\x00-\x1f\x7f]*"
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+GLOB = re.compile(r"[A-Za-z0-9_.*]+")  # a key glob of hydra_conf/form_allowlist.yaml
 # Set through their own form fields; an override of them would fight the field.
 FORM_KEYS = ("experiment", "run_dir", "seed", "stages")
 # A run directory goes into one `run_dir=...` override: no spaces, quotes, commas or brackets, which Hydra
@@ -77,24 +86,45 @@ def check_overrides(overrides: Sequence[Any]) -> tuple[str, ...]:
 
 def _glob(glob: str) -> str:
     if not GLOB.fullmatch(glob):
-        raise FormError(f"form allowlist: {glob!r} is not a key glob (letters, digits, _ . @ / - and *)")
-    return glob.replace(".", r"\.").replace("*", "[^=]*")
+        raise FormError(f"form allowlist: {glob!r} is not a key glob (letters, digits, _ . and *)")
+    return glob.replace(".", r"\.").replace("*", "[A-Za-z0-9_.]*") + r"(?:\.[A-Za-z0-9_.]*)?"
 
 
-def allowlist_pattern(groups: Sequence[str], allow: Sequence[str], deny: Sequence[str],
-                      widened: Sequence[str] = ()) -> str:
+def allowlist_pattern(groups: Mapping[str, Sequence[str]], chosen: Sequence[str], allow: Sequence[str],
+                      deny: Sequence[str], widened: Sequence[str] = ()) -> str:
     """hydra_conf/form_allowlist.yaml as the JSON-schema pattern of one override (Python's re and ECMAScript alike).
 
-    A key is a group, or matches an ``allow`` glob and no ``deny`` glob, or matches one the deployment added
-    (``widened``: PARATHINK_FORM_ALLOW); the value holds no ``${`` interpolation. ``parathink plan --form`` applies the
-    same file again with fnmatch, and also checks every config value an override changes; this copy exists because
-    the DAG folder imports nothing of parathink (tests/dags/test_dag_form.py keeps the two in step).
+    ``groups``: every config group beside the DAGs and its files; ``chosen``: the allowlist's groups, each chosen by
+    the name of one of its files and nothing else (``data=gsm8k``, never a path). Any other key matches an ``allow``
+    glob and no ``deny`` glob, or one the deployment added (``widened``: PARATHINK_FORM_ALLOW), and names no group;
+    no value holds a ``$``. This is parathink.form_policy.pattern, the check ``parathink plan --form`` applies first,
+    copied because the DAG folder imports nothing of parathink (tests/dags/test_dag_form.py keeps the two equal);
+    ``plan`` then checks what the overrides change in the composed config, which no pattern can.
     """
     def either(globs: Sequence[str]) -> str:
         return "|".join(_glob(g) for g in globs) or "(?!)"
 
-    keys = f"(?:{either(widened)})|(?!(?:{either(deny)})=)(?:{either([*groups, *allow])})"
-    return rf"^(?:\+\+|\+|~)?(?:{keys})=(?![^\n\r]*\$\{{)[^\n\r]*$"
+    choices = "|".join(f"{g}=(?:{'|'.join(groups[g])})" for g in chosen if groups.get(g)) or "(?!)"
+    others = "|".join(groups) or "(?!)"
+    keys = f"(?:{either(widened)})|(?!(?:{either(deny)})=)(?:{either(allow)})"
+    return rf"^(?:{choices}|(?:\+\+|\+|~)?(?={KEY}=)(?!(?:{others})=)(?:{keys})={VALUE})$"
+
+
+def config_groups(root: Path) -> dict[str, tuple[str, ...]]:
+    """Every config group of the folder ``root`` and the names of its files, as parathink.form_policy lists them."""
+    out = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        names = sorted(p.stem for p in folder.glob("*.yaml") if NAME.fullmatch(p.stem))
+        if names:
+            out[folder.name] = tuple(names)
+    return out
+
+
+def schema_pattern(root: Path, widened: Sequence[str] = ()) -> str:
+    """The overrides' pattern from ``root``/form_allowlist.yaml and the group folders beside it."""
+    doc = yaml.safe_load((root / "form_allowlist.yaml").read_text(encoding="utf-8"))
+    return allowlist_pattern(config_groups(root), doc["groups"] or (), doc["allow"] or (), doc["deny"] or (),
+                             widened)
 
 
 def run_name(run_id: str) -> str:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
 from airflow.sdk import Param
 
 from parathink_airflow.chain import CANONICAL
-from parathink_airflow.form import EXECUTORS, OVERRIDE_PATTERN, allowlist_pattern
+from parathink_airflow.form import EXECUTORS, OVERRIDE_PATTERN, schema_pattern
 from parathink_airflow.local import CHECKOUT
 
 WIDEN_ENV = "PARATHINK_FORM_ALLOW"  # the deployment's own globs (helm/airflow-values.yaml), never the form's
@@ -34,17 +33,17 @@ def experiments() -> list[str]:
 
 
 def override_pattern() -> str:
-    """The overrides' JSON-schema pattern from ``hydra_conf/form_allowlist.yaml`` and the deployment's additions.
+    """The overrides' JSON-schema pattern from ``hydra_conf/form_allowlist.yaml``, the group folders beside it and
+    the deployment's additions: the pattern ``parathink plan --form`` applies first (parathink.form_policy).
 
     Without the file beside the DAGs the schema checks the syntax only; ``parathink plan --form`` (the DAG's first
     task) applies the package's own copy of the file either way.
     """
-    path = config_root() / "form_allowlist.yaml"
-    if not path.is_file():
+    root = config_root()
+    if not (root / "form_allowlist.yaml").is_file():
         return OVERRIDE_PATTERN
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     widened = [g.strip() for g in os.environ.get(WIDEN_ENV, "").split(",") if g.strip()]
-    return allowlist_pattern(doc["groups"], doc["allow"], doc["deny"], widened)
+    return schema_pattern(root, widened)
 
 
 def form(*, promote: bool, nightly: bool) -> dict[str, Param]:

@@ -63,6 +63,8 @@ def test_hydra_overrides_pass(override):
     ("=3", "is not a Hydra override"),
     ("a=1\nb=2", "is not a Hydra override"),
     ("rm -rf /", "is not a Hydra override"),
+    ("format=$\\{oc.env\\:X\\}", "is not a Hydra override"),
+    ("sft.lr=\x1b[31m", "is not a Hydra override"),
     (3, "is not a Hydra override"),
     ("seed=3", "sets seed, which has its own field"),
     ("+run_dir=/tmp/x", "sets run_dir, which has its own field"),
@@ -123,7 +125,7 @@ def test_pods_need_a_run_directory_they_can_see_and_one_node():
         check_for_pods({**ok, "placement": {"sft": _placement(retries=9)}}, max_retries=5)
 
 
-ALLOWLIST = yaml.safe_load((Path(__file__).parents[2] / "hydra_conf" / "form_allowlist.yaml").read_text())
+CONFIG = Path(__file__).parents[2] / "hydra_conf"
 # The issue's attacks, and neighbours of them; every one is refused by the schema and by `parathink plan --form`.
 ATTACKS = ["+stage_modules.teacher=/tmp/x.py", "stage_modules.teacher=/tmp/x.py", "cluster.image=evil/img:latest",
            "cluster.service_account=cluster-admin", "+cluster.secrets.X={secret: other, key: k}",
@@ -131,22 +133,41 @@ ATTACKS = ["+stage_modules.teacher=/tmp/x.py", "stage_modules.teacher=/tmp/x.py"
            "hydra.run.dir=/tmp", "teacher.openai.base_url=http://evil", "teacher.openai.api_key_env=AWS_SECRET_ACCESS_KEY",
            "teacher.hf.model=evil/remote-code", "sft.deepspeed=/tmp/x.json", "sft.init=evil/weights",
            "teacher.vllm.engine_kwargs={trust_remote_code: true}", "sft.lr=${oc.env:AWS_SECRET_ACCESS_KEY}",
-           "cache_dir=/", "sft={deepspeed: /tmp/x.json}", "model=qwen3_4b_base"]
+           "cache_dir=/", "sft={deepspeed: /tmp/x.json}", "model=qwen3_4b_base",
+           # issue 48: a group by path, Hydra's escapes of an interpolation, packages, other groups, unicode
+           "data=../../../../../../../tmp/x/evil", "data=/tmp/x/evil", "tracking=../data/gsm8k", "+data=gsm8k",
+           "format=$\\{oc.env\\:FAKE_SECRET\\}", "format='${oc.env:X}'", "eval.models=[base,'${oc.env:X}']",
+           "sft.lr=${oc.decode:'1'}", "data@sft=gsm8k", "stage@sft=rl", "stage/x=rl", "experiment=npr", "cluster=gpu",
+           "\uff53tage_modules.base=x", "sft.lr=1\x00", "teacher.vllm.engine_kwargs.trust_remote_code=true"]
 RESEARCH = ["sft.lr=1e-5", "+sft.gate.min_parallel_rate=0.4", "~teacher.limit=null", "tracking=none", "data=gsm8k",
             "data.cold_start.0.n=40", "eval.sets.hard.n=400", "rl_hard.steps=200", "teacher.backend=scripted",
-            "format=npr", "force=[eval]", "teacher.vllm.temperature=0.6"]
+            "format=npr", "force=[eval]", "teacher.vllm.temperature=0.6", "tracking=server", "data=synthetic",
+            "eval.benchmarks=s3://parathink/data/test.parquet", "eval.models=[sft,rl_hard]"]
 
 
 def _schema(widened=()):
     import re
 
-    from parathink_airflow.form import allowlist_pattern
+    from parathink_airflow.form import schema_pattern
 
-    return re.compile(allowlist_pattern(ALLOWLIST["groups"], ALLOWLIST["allow"], ALLOWLIST["deny"], widened))
+    return re.compile(schema_pattern(CONFIG, widened))
+
+
+@pytest.mark.parametrize("widened", [(), ("cluster.image",), ("teacher.hf.model", "stage_modules.base"),
+                                     ("cluster.retries.*",)])
+def test_the_forms_schema_is_the_pattern_plan_checks_first(widened, monkeypatch):
+    """One rule: the DAG's copy of the pattern (the DAG folder imports nothing of parathink) is the very string
+    parathink.form_policy checks each override against, for the shipped allowlist and group folders."""
+    from parathink_airflow.form import schema_pattern
+
+    from parathink import form_policy
+
+    monkeypatch.setenv(form_policy.WIDEN_ENV, ",".join(widened))
+    assert schema_pattern(CONFIG, widened) == form_policy.pattern(form_policy.load(CONFIG),
+                                                                  form_policy.config_groups(CONFIG))
 
 
 def test_the_forms_schema_and_plan_agree_on_every_attack_and_every_research_override():
-    """The pattern is the DAG folder's copy of parathink.form_policy's key check (no parathink import there)."""
     from parathink import form_policy
     from parathink.errors import ConfigError
 
@@ -160,11 +181,29 @@ def test_the_forms_schema_and_plan_agree_on_every_attack_and_every_research_over
         form_policy.check_keys([override], allowlist)
 
 
+def test_browsers_read_the_pattern_as_python_does():
+    """JSON Schema patterns are ECMAScript (the UI validates with them, Unicode mode): the same verdicts in node."""
+    import json
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node")
+    script = ("const [p, xs] = JSON.parse(require('fs').readFileSync(0, 'utf8')); const r = new RegExp(p, 'u');"
+              "console.log(JSON.stringify(xs.map(x => r.test(x))));")
+    cases = [*ATTACKS, *RESEARCH]
+    out = subprocess.run([node, "-e", script], input=json.dumps([_schema().pattern, cases]), text=True,
+                         capture_output=True, check=True, timeout=60).stdout
+    assert json.loads(out) == [bool(_schema().match(c)) for c in cases]
+
+
 def test_an_operator_widens_the_schema_by_deployment_not_by_form():
     assert not _schema().match("cluster.image=mine/img:1")
     assert _schema(["cluster.image"]).match("cluster.image=mine/img:1")
     assert _schema(["teacher.hf.model"]).match("teacher.hf.model=org/m")  # lifts the deny it names
     assert not _schema(["teacher.hf.model"]).match("teacher.vllm.model=org/m")
+    assert not _schema(["data"]).match("data=../x")  # a group stays chosen by name, whatever is widened
     with pytest.raises(FormError, match="form allowlist: 'a=b' is not a key glob"):
         _schema(["a=b"])
 
