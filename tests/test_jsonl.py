@@ -46,3 +46,31 @@ def test_the_stage_readers_name_file_and_line(tmp_path):
     accepted.write_bytes(b'{"id": "a"}\n\xfe\n')
     with pytest.raises(BadInput, match=r"^sft: .*accepted\.jsonl:2: not UTF-8"):
         read_traces(accepted)
+
+
+@pytest.mark.parametrize("depth, bad", [(100, False), (101, True), (5_000, True), (200_000, True)])
+def test_nesting_past_max_depth_is_a_bad_line_and_a_refused_object(depth, bad):
+    line = b'{"a": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+    (item,) = jsonl.scan(line + b"\n", "x.jsonl")
+    assert isinstance(item, jsonl.BadLine) is bad
+    if bad:
+        assert str(item) == "x.jsonl:1: refused: nested deeper than 100 levels (jsonl.MAX_DEPTH)"
+        with pytest.raises(ValueError, match="nested deeper than 100"):
+            jsonl.parse_object(line)
+    else:
+        assert jsonl.parse_object(line)["a"] is not None
+
+
+def test_an_integer_past_the_digit_limit_is_a_bad_line():
+    (item,) = jsonl.scan(b'{"n": ' + b"1" * 4301 + b"}\n", "x.jsonl")
+    assert str(item) == "x.jsonl:1: refused: an integer of more than 4300 digits"
+    (ok,) = jsonl.scan(b'{"n": ' + b"1" * 4300 + b"}\n", "x.jsonl")
+    assert ok[1]["n"] > 10**4299
+
+
+def test_depth_is_counted_without_recursion_and_brackets_in_strings_do_not_count():
+    assert not jsonl.deeper_than({"s": "[" * 500}, 100, '{"s": "' + "[" * 500 + '"}')
+    deep: list = []
+    for _ in range(10_000):
+        deep = [deep]
+    assert jsonl.deeper_than(deep, 100)

@@ -12,6 +12,11 @@ differ for a reason: the trace filter must go on past a bad line and count it in
 ``BadLine``), every other reader must stop at the first one (``read`` raises the caller's error, so that its exit
 code stays the caller's: a bad prompt file is a ``SourceError``, a bad input to ``parathink score`` an
 ``InputError``).
+
+Every reader here is bounded: a value nested deeper than ``MAX_DEPTH`` (``[[[[...]]]]``: Python's decoder recurses
+and raised ``RecursionError`` past ~1,000 levels, and any code that walks such a record recurses too) and an integer of
+more digits than Python converts (4,300: ``ValueError``) make the line a bad one, named like any other, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from parathink.errors import BadInput
+
+# Nesting of arrays and objects a record may have; no record parathink reads or writes comes near it.
+MAX_DEPTH = 100
 
 
 def dumps(record: Any) -> str:
@@ -55,12 +63,54 @@ def lone_surrogate(obj: Any, where: str = "") -> str | None:
 def parse_object(data: bytes | str) -> dict:
     """The JSON object in ``data``; ValueError saying why when it is not one."""
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
+        obj = _loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"not JSON ({err})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+def _loads(text: bytes | str) -> Any:
+    """``json.loads``, bounded: ``TooDeep`` for a value nested deeper than ``MAX_DEPTH``, ``TooLong`` for an integer
+    of more digits than Python converts; its own errors otherwise."""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"refused: nested deeper than {MAX_DEPTH} levels (jsonl.MAX_DEPTH)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise
+    except ValueError:  # an integer of more digits than int() converts (sys.get_int_max_str_digits)
+        raise TooLong(f"refused: an integer of more than {sys.get_int_max_str_digits()} digits") from None
+    if deeper_than(obj, MAX_DEPTH, text):
+        raise TooDeep(f"refused: nested deeper than {MAX_DEPTH} levels (jsonl.MAX_DEPTH)")
+    return obj
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than ``MAX_DEPTH``."""
+
+
+class TooLong(ValueError):
+    """A JSON integer of more digits than Python converts."""
+
+
+def deeper_than(obj: Any, limit: int, text: bytes | str = "[" * (MAX_DEPTH + 1)) -> bool:
+    """Whether ``obj`` nests lists and mappings more than ``limit`` deep (without recursing). When ``text`` (what it
+    was parsed from) holds no more than ``limit`` brackets it cannot, and most records are decided by that count."""
+    opening = (b"[", b"{") if isinstance(text, bytes) else ("[", "{")
+    if text.count(opening[0]) + text.count(opening[1]) <= limit:
+        return False
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def load_record(path: Path, consequence: str) -> dict | None:
@@ -122,9 +172,11 @@ def _parse_line(raw: bytes) -> dict | str:
     except UnicodeDecodeError as e:
         return f"not UTF-8 ({e.reason} at byte {e.start})"
     try:
-        obj = json.loads(text.rstrip("\r\n"))  # without the line's end, a column past the last is still on this line
+        obj = _loads(text.rstrip("\r\n"))  # without the line's end, a column past the last is still on this line
     except json.JSONDecodeError as e:
         return f"not JSON ({e.msg} at column {e.colno})"
+    except (TooDeep, TooLong) as e:
+        return str(e)
     if not isinstance(obj, dict):
         return f"expected a JSON object, got {type(obj).__name__}"
     return obj

@@ -62,6 +62,10 @@ def test_other_formats_and_no_answer(tmp_path):
         (b'{"response": "x"}\n{"text": "y"}\n', ":2: record has no string 'response' field"),
         (b'{"response": "x"}\n\xff\xfe\n', ":2: not UTF-8"),
         (b'[1, 2]\n', ":1: expected a JSON object"),
+        # issue 48: past the decoder's stack, and past int()'s digit limit: a rejected record, not a traceback
+        (b'{"response": "x"}\n{"response": ' + b"[" * 100_000 + b"]" * 100_000 + b'}\n',
+         ":2: refused: nested deeper than 100 levels"),
+        (b'{"response": "x", "answer": ' + b"9" * 5000 + b'}\n', ":1: refused: an integer of more than 4300 digits"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message):

@@ -64,6 +64,9 @@ def test_describe_says_when_rows_per_problem_differ(tmp_path, capsys):
     (["describe", "{source: verl, uri: MISSING}"], "no such file or directory"),
     (["describe", "{source: verl, uri: EVALS, data_source: APO_AIME42}"], "no row has data_source APO_AIME42"),
     (["describe", "{source: synthetic, level: easy}"], "lacks ['split', 'n']"),
+    (["describe", "{source: [a]}"], "'source' must be a string"),
+    (["describe", "{source: " + "[" * 5000 + "]" * 5000 + "}"], "refused, nested deeper than 100 levels"),
+    (["describe", "{source: synthetic, n: " + "9" * 5000 + "}"], "refused, it holds a number Python does not convert"),
     (["describe"], "usage: parathink data describe SPEC"),
     (["summarize", "{source: verl}"], "got summarize {source: verl}"),
 ])

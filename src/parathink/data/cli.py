@@ -30,15 +30,30 @@ class SpecError(ValueError):
 
 
 def parse_spec(text: str) -> dict:
-    """The mapping SPEC holds (YAML flow or block style; JSON is YAML)."""
+    """The mapping SPEC holds (YAML flow or block style; JSON is YAML): string keys, ``source`` a string, nested no
+    deeper than ``parathink.jsonl.MAX_DEPTH``."""
     import yaml  # PyYAML comes with omegaconf
 
+    from parathink.jsonl import MAX_DEPTH, deeper_than
+
+    shown = text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
     try:
         spec = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise SpecError(f"SPEC {text!r} is not YAML/JSON ({' '.join(str(e).split())})") from None
+        raise SpecError(f"SPEC {shown!r} is not YAML/JSON ({' '.join(str(e).split())})") from None
+    except (RecursionError, ValueError):  # nesting past the parser's stack; an integer past int()'s digit limit
+        if text.count("[") + text.count("{") > MAX_DEPTH:
+            raise SpecError(f"SPEC {shown!r}: refused, nested deeper than {MAX_DEPTH} levels") from None
+        raise SpecError(f"SPEC {shown!r}: refused, it holds a number Python does not convert") from None
     if not isinstance(spec, dict):
-        raise SpecError(f"SPEC {text!r} is not a mapping; expected e.g. '{{source: verl, uri: evals.parquet}}'")
+        raise SpecError(f"SPEC {shown!r} is not a mapping; expected e.g. '{{source: verl, uri: evals.parquet}}'")
+    if deeper_than(spec, MAX_DEPTH, text):
+        raise SpecError(f"SPEC {shown!r}: refused, nested deeper than {MAX_DEPTH} levels")
+    if not all(isinstance(k, str) for k in spec):
+        raise SpecError(f"SPEC {shown!r}: its keys must be strings")
+    if "source" in spec and not isinstance(spec["source"], str):  # absent: load_problems says so
+        raise SpecError(f"SPEC {shown!r}: 'source' must be a string (a source name, e.g. verl), got "
+                        f"{spec.get('source')!r}")
     return spec
 
 
