@@ -270,7 +270,8 @@ def load_deepspeed_masters(model, init_dir: Path) -> int:
 
 
 def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Problem]:
-    """Draw the train problems and tokenize their prompts; refuse any prompt that leaves no response budget."""
+    """Draw the train problems and tokenize their prompts; refuse any prompt that leaves no response budget, or is
+    longer than ``max_prompt_tokens``."""
     from parathink.data.prompts import build_prompt
     from parathink.data.sources import load_problems
 
@@ -282,6 +283,9 @@ def setup_problems(cfg: RLConfig, tokenizer, seed: int, stage: str) -> list[Prob
         if len(ids) >= cfg.token_budget:
             raise ConfigError(f"{stage}.token_budget={cfg.token_budget}: smaller than the prompt of problem "
                               f"{rec['id']} ({len(ids)} tokens); raise the budget")
+        if cfg.max_prompt_tokens and len(ids) > cfg.max_prompt_tokens:
+            raise ConfigError(f"{stage}.max_prompt_tokens={cfg.max_prompt_tokens}: smaller than the prompt of "
+                              f"problem {rec['id']} ({len(ids)} tokens); raise it (and token_budget with it)")
         out.append(Problem(id=str(rec["id"]), prompt_ids=ids, answer=rec["answer"]))
     return out
 
@@ -343,14 +347,15 @@ def sample_step(engine, problems: list[Problem], cfg: RLConfig, reward_fn, gramm
                 seed: int, stream: int = 0) -> list[Rollout]:
     """Sample ``group_size`` rollouts for each of ``problems`` in one batched engine call; grade and reward them.
 
-    The response budget is what ``token_budget`` leaves after the step's longest prompt, the same for every row
-    of the call. The sampling seed is a function of (seed, step, stream): a resumed run samples what the first
-    would have, and each process of a data-parallel launch (``stream`` = its rank) draws its own numbers.
+    The response budget is what ``token_budget`` leaves after the call's longest prompt, at most
+    ``max_response_tokens`` (``RLConfig.response_tokens``), the same for every row of the call. The sampling seed
+    is a function of (seed, step, stream): a resumed run samples what the first would have, and each process of a
+    data-parallel launch (``stream`` = its rank) draws its own numbers.
     """
     from parathink.engine import SamplingConfig
 
     longest = max(len(p.prompt_ids) for p in problems)
-    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.token_budget - longest,
+    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.response_tokens(longest),
                               seed=(step_seed(seed, step) + 7_368_787 * stream) % (2**31 - 1),
                               batch_size=cfg.rollout_batch_size,
                               repetition_penalty_in_paths=cfg.repetition_penalty_in_paths)

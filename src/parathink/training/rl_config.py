@@ -62,6 +62,14 @@ class RLConfig:
     # Tokens per rollout, the prompt included and every path counted; the engine closes open tags past it. The tiny
     # hard problems: prompt <= 95 tokens + 3 paths and a summary <= ~300.
     token_budget: int = 420
+    # The papers' separate lengths (Parallel-R1's public RL script: max_prompt_length=2000, max_response_length=3000;
+    # docs/reference.md), within token_budget: a prompt longer than max_prompt_tokens is refused before any rollout
+    # (verl truncates it from the left; a cut problem is another problem), and a call samples at most
+    # max_response_tokens new tokens (every path counted), so that a short prompt does not hand its unused share to
+    # the response. 0 = no bound of its own: the prompt is bounded by token_budget alone and the response takes what
+    # token_budget leaves after the call's longest prompt (the tiny curriculum's behaviour).
+    max_prompt_tokens: int = at_least(0, 0)
+    max_response_tokens: int = at_least(0, 0)
     temperature: float = 1.0  # sampling temperature (the paper trains and evaluates at 1.0)
     top_p: float = 1.0  # nucleus sampling; < 1 lowers variance but biases the on-policy log-probs
     # Rows the engine decodes at once (forked paths count: 128 rollouts x 3 paths); larger = faster until memory
@@ -179,6 +187,7 @@ class RLConfig:
                     "micro_batch_size", "max_nan_steps", "checkpoint_every", "rollout_batch_size"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be >= 1")
+        self._check_lengths(stage)
         if self.num_paths < 2:
             raise bad("num_paths", "a block needs >= 2 paths")
         if not self.temperature > 0:
@@ -205,6 +214,23 @@ class RLConfig:
             raise bad("warmup_steps", "must be >= 0")
         if self.policy_loss == "on_policy" and self.updates_per_step > 1:
             raise bad("updates_per_step", "the strict on-policy loss (PAPO) allows one update per rollout batch")
+
+    def _check_lengths(self, stage: str) -> None:
+        """max_prompt_tokens and max_response_tokens each leave room in token_budget, and together fit in it."""
+        prompt, response, budget = self.max_prompt_tokens, self.max_response_tokens, self.token_budget
+        for key, value in (("max_prompt_tokens", prompt), ("max_response_tokens", response)):
+            if value >= budget:
+                raise ConfigError(f"{stage}.{key}={value}: must be below {stage}.token_budget={budget} (0 = no "
+                                  f"bound of its own)")
+        if prompt and response and prompt + response > budget:
+            raise ConfigError(f"{stage}.max_prompt_tokens={prompt} + {stage}.max_response_tokens={response} = "
+                              f"{prompt + response}: more than {stage}.token_budget={budget}; raise the budget to "
+                              f"{prompt + response} or lower one of them")
+
+    def response_tokens(self, longest_prompt: int) -> int:
+        """New tokens a call whose longest prompt is ``longest_prompt`` tokens may sample (every path counted)."""
+        left = self.token_budget - longest_prompt
+        return min(left, self.max_response_tokens) if self.max_response_tokens else left
 
     def _check_deepspeed(self, stage: str) -> None:
         if not self.deepspeed:
