@@ -80,3 +80,16 @@ def test_a_rank_never_starts_ranks_of_its_own(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     assert not launch.launched()
+
+
+def test_each_rank_gets_its_share_of_the_pods_cpus(monkeypatch):
+    from parathink import threads
+
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 32)  # a 32-CPU pod's quota
+    monkeypatch.setenv("OMP_NUM_THREADS", "32")  # what threads.configure put there
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    launch.share_threads(8)
+    assert (launch.os.environ["OMP_NUM_THREADS"], launch.os.environ["MKL_NUM_THREADS"]) == ("4", "4")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own count stays
+    launch.share_threads(8)
+    assert launch.os.environ["OMP_NUM_THREADS"] == "3"

@@ -35,6 +35,8 @@ def stage_pod(pod: Mapping[str, Any], placement: Mapping[str, Any], argv: Sequen
         task_id=task_id or f"parathink-{placement['stage']}",
         pod_template_dict=dict(pod),
         base_container_name=container["name"],  # the container whose log is followed and exit code read
+        # `parathink stage NAME`, not torchrun: that process starts its placement's launch (one rank per GPU of
+        # this pod, parathink.launch) and exits with the ranks' own code, which run() reads (torchrun's is always 1).
         cmds=["parathink"],
         arguments=list(argv),
         startup_timeout_seconds=placement["startup_timeout_s"],

@@ -116,8 +116,22 @@ def _start(launch: list[str], overrides: list[str], what: str) -> int:
     code = exits.guarded(lambda: check_devices(n, what))
     if code != exits.EXIT_OK:
         return code
+    share_threads(n)
     print(f"[parathink] {what}: starting {n} ranks: {' '.join(launch)} ...", file=sys.stderr, flush=True)
     return run_launch(launch, overrides)
+
+
+def share_threads(n: int) -> None:
+    """Give each of ``n`` ranks its share of the pod's CPUs. parathink.threads put the whole count in the
+    environment (cli.main), which every rank inherits: eight ranks of a 32-CPU pod would each start 32 threads.
+    A count the user set (one other than threads' own) is kept."""
+    from parathink import threads
+
+    usable = threads.usable_cpus()
+    share = str(max(1, usable // n))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(var) in (None, str(usable)):
+            os.environ[var] = share
 
 
 def _planned(find) -> list[str] | None:

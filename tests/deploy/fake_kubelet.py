@@ -6,8 +6,10 @@ commands (the CPU node: this machine is one), a container whose command is ``par
 process of this machine with the project's own ``parathink`` and the pod's
 environment (Secrets read through the API, as the kubelet does): its exit code becomes the pod's, its output the
 pod's log, which the API server fetches from this kubelet's HTTPS endpoint on 127.0.0.1 (``kubectl logs``, the
-KubernetesPodOperator). Any other container, and every container on a GPU node (this machine has no GPU to run
-it on), succeeds at once. A deleted pod is removed at once, as a kubelet does after its containers stop.
+KubernetesPodOperator). A GPU node that runs commands (kube_cluster.TWO_GPU_NODE) advertises fake GPUs: its
+stage's ranks (parathink.launch) run on this machine's CPU. Any other container, and every container on a GPU node
+that does not run commands, succeeds at once. A deleted pod is removed at once, as a kubelet does after its
+containers stop.
 """
 
 from __future__ import annotations

@@ -16,6 +16,12 @@ from omegaconf import OmegaConf
 from parathink_chart import GPU_PROFILE
 
 GPU_NODE, CPU_NODE = "gpu-node-0", "cpu-node-0"
+# A node of 2 fake GPUs that runs its pods' `parathink` commands on this machine (the ranks on its CPU, joined over
+# gloo): a stage placed on 2 GPUs shows its 2 ranks join (test_ranks_on_cluster.py). Its own label and taint keep
+# every other test's pods off it.
+TWO_GPU_NODE = "gpu2-node-0"
+TWO_GPU_LABEL = {"parathink.io/pool": "gpu-2"}
+TWO_GPU_TAINT = {"key": "parathink.io/fake-gpus", "value": "2", "effect": "NoSchedule"}
 ORCHESTRATOR_NS = "airflow"
 # The Secrets named by the chart's values and by hydra_conf/cluster/gpu.yaml (test values, not credentials).
 SECRETS = {"parathink-s3": {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
@@ -46,6 +52,9 @@ def make_kubelets(plane: ControlPlane, api: client.ApiClient) -> dict[str, FakeK
                               plane.pki.issue("kubelet-gpu", GPU_NODE, server=True)),
         CPU_NODE: FakeKubelet(api, CPU_NODE, {}, [], {"cpu": "16", "memory": "64Gi", "pods": "110"},
                               plane.pki.issue("kubelet-cpu", CPU_NODE, server=True), runs_commands=True),
+        TWO_GPU_NODE: FakeKubelet(api, TWO_GPU_NODE, TWO_GPU_LABEL, [TWO_GPU_TAINT],
+                                  {"cpu": "16", "memory": "64Gi", "pods": "110", pool["gpu_resource"]: "2"},
+                                  plane.pki.issue("kubelet-gpu2", TWO_GPU_NODE, server=True), runs_commands=True),
     }
 
 

@@ -56,7 +56,7 @@ def test_multi_node_stage_is_a_valid_trainjob_with_the_pool_placement():
     assert trainjob["spec"]["runtimeRef"]["name"] == p["trainer_runtime"] == "torch-distributed"
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, p["gpus_per_node"])
     assert trainer["resourcesPerNode"]["limits"] == {**p["resources"], "nvidia.com/gpu": str(p["gpus_per_node"])}
-    assert trainer["command"][:5] == ["torchrun", "-m", "parathink.cli", "stage", "sft"]
+    assert trainer["command"][:5] == p["launch"] == ["torchrun", "-m", "parathink.cli", "stage", "sft"]
     assert {"name": "AWS_ACCESS_KEY_ID",
             "valueFrom": {"secretKeyRef": {"name": "parathink-s3", "key": "AWS_ACCESS_KEY_ID", "optional": True}}} \
         in trainer["env"]
@@ -114,3 +114,14 @@ def test_pod_says_what_the_compiled_pipeline_says(compile_pipeline):
                                 for s in k8s["secretAsEnv"] for k in s["keyToEnv"]]
         shm = next(v for v in spec["volumes"] if v["name"] == "dshm")["emptyDir"]
         assert shm["sizeLimit"] == k8s["emptyDirMounts"][0]["sizeLimit"]
+
+
+def test_a_single_node_gpu_task_calls_parathink_stage_and_its_placement_gives_it_one_rank_per_gpu():
+    """KFP's task on an 8-GPU pod runs `python -m parathink.cli stage NAME` (the component's body), which starts
+    the launch its placement carries (parathink.launch): 8 ranks, as many as the pod's GPUs."""
+    plan = make_plan(SEEN)
+    for stage in ("sft", "rl_easy", "eval"):
+        p = plan.placements[stage]
+        (pod,) = objects(plan, stage)
+        gpus = pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+        assert p.launch == ["torchrun", "--nproc_per_node", gpus, "-m", "parathink.cli", "stage", stage]

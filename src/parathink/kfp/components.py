@@ -5,6 +5,11 @@ the same definition must run on a cluster (in the trainer image, ``base_image`` 
 profile) and on this machine (``kfp.local``, in the current venv). ``install_kfp_package=False``: the trainer
 image carries kfp (the executor needs it) and a pod never pip-installs at start.
 
+One process per GPU: the body calls ``parathink stage NAME``, which starts the ranks of its placement's launch
+(``placement.<stage>.launch``: ``torchrun --nproc_per_node 8 ...`` for a stage on an 8-GPU node) as torchrun's agent
+and exits with the ranks' own code (parathink.launch; torchrun's own exit code would be 1 for a failed gate too, and
+exit 1 is retried here). A multi-node stage's body runs ``parathink kfp trainjob``, whose TrainJob runs the launch.
+
 The ten components differ only by name, so they are built from one function instead of ten copied files
 (``components/README.md`` explains the layout). No ``from __future__ import annotations``: kfp reads the body's
 annotations as types, not strings.

@@ -50,8 +50,8 @@ def trainjob_manifest(p: Placement, command: list[str], name: str, owner: dict |
     # Not patchable through runtimePatches (Trainer's schema prunes them): restarts are the JobSet's; the deadline is
     # the launcher pod's, which deletes this TrainJob when it is stopped.
     del pod_patch["spec"]["restartPolicy"], pod_patch["spec"]["activeDeadlineSeconds"]
-    if command[:1] != ["parathink"]:
-        raise ValueError(f"a TrainJob runs `parathink ...` under torchrun, got {command[:2]}")
+    if command[:3] != ["parathink", "stage", p.stage]:
+        raise ValueError(f"a TrainJob runs `parathink stage {p.stage} ...` under torchrun, got {command[:3]}")
     metadata = {"name": name, "namespace": p.namespace, "labels": podspec.labels(p)}
     if owner:
         metadata["ownerReferences"] = [owner]
@@ -63,8 +63,9 @@ def trainjob_manifest(p: Placement, command: list[str], name: str, owner: dict |
             "runtimeRef": {"apiGroup": TRAINER_GROUP, "kind": "ClusterTrainingRuntime", "name": p.trainer_runtime},
             "trainer": {
                 "image": p.image,
-                # `python -m parathink.cli` is the `parathink` command; torchrun starts procs_per_node of it per node.
-                "command": ["torchrun", "-m", "parathink.cli", *command[1:]],
+                # The placement's launch (`torchrun -m parathink.cli stage NAME`): torchrun starts procs_per_node
+                # ranks per node, which run the stage at once (WORLD_SIZE is set: parathink.launch starts no more).
+                "command": [*p.launch, *command[3:]],
                 "env": node["env"],
                 "numNodes": p.nodes,
                 "numProcPerNode": p.procs_per_node,

@@ -63,11 +63,33 @@ def make_backend(cfg: DictConfig, ctx: StageContext):
         from parathink.teacher.openai_http import OpenAIConfig, OpenAITeacher
 
         return OpenAITeacher(OpenAIConfig(**dataclasses.asdict(t.openai), grammar=t.grammar))
+    from parathink.cluster import placement
     from parathink.teacher.vllm_offline import VLLMTeacher
 
     v = t.vllm
+    # The engines over the pod's GPUs, as `parathink plan` prints them (placement.teacher.engines).
+    engines = placement(cfg, "teacher").engines or {"engines": 1, "gpus_per_engine": 1}
+    release_device_memory()
     return VLLMTeacher(v.model, temperature=v.temperature, top_p=v.top_p, max_tokens=v.max_tokens, seed=int(cfg.seed),
-                       grammar=t.grammar, engine_kwargs=dict(v.engine_kwargs))
+                       grammar=t.grammar, engine_kwargs=dict(v.engine_kwargs), engines=engines["engines"],
+                       gpus_per_engine=engines["gpus_per_engine"])
+
+
+def release_device_memory() -> None:
+    """Hand back the GPU memory this process's allocator still caches before the vLLM workers start.
+
+    In ``parathink run`` the base stage's gate probed the model on this process's GPU first; its tensors are gone
+    once the stage returns, but torch's caching allocator keeps their blocks reserved, and vLLM sizes its KV cache
+    from what the GPU has free (``gpu_memory_utilization`` of the whole card): a worker beside tens of GB still
+    reserved would start with a smaller cache, or refuse to start. A process that never used CUDA has nothing to
+    release (and is not made to start CUDA here)."""
+    import gc
+    import sys
+
+    gc.collect()  # cycles (a model and its hooks) hold tensors until collected
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _sampling_teacher(t: TeacherConfig, cfg: DictConfig, ctx: StageContext):

@@ -100,7 +100,14 @@ class VLLMConfig:
     temperature: float = at_least(0, 0.7)
     top_p: float = probability_mass(1.0)
     max_tokens: int = at_least(1, 4096)
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM (tensor_parallel_size, ...)
+    # How the engines use the pod's GPUs (cluster.gpus_per_node; parathink plan prints them as placement.teacher.
+    # engines): data = one engine per GPU, each answering its share of every chunk; tensor = one engine sharded over
+    # all of them (tensor_parallel_size = the GPUs). data by default: an 8B teacher (16 GB in bf16) fits one 80 GB
+    # GPU with room for its KV cache, and eight engines that never talk decode about eight times one engine's tokens
+    # per second; tensor parallel adds two all-reduces per layer and step, worth it only for a teacher that does not
+    # fit one GPU.
+    parallel: str = "data"
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM (gpu_memory_utilization, ...)
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,8 @@ class TeacherConfig:
                               f"{self.backend_config.num_paths}")
         if self.backend == "self":
             self._check_self()
+        if self.backend == "vllm":
+            self._check_vllm()
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"teacher.limit: must be an integer >= 1 (or null for all), got {self.limit!r}")
         self._check_problems()
@@ -172,6 +181,16 @@ class TeacherConfig:
             raise ConfigError(f"teacher.self.path_count: {s.path_count!r} is not one of {', '.join(PATH_COUNTS)}")
         if not 1 <= s.min_paths <= s.num_paths:
             raise ConfigError(f"teacher.self.min_paths: must be in 1..num_paths={s.num_paths}, got {s.min_paths}")
+
+    def _check_vllm(self) -> None:
+        from parathink.cluster import VLLM_PARALLEL
+
+        v = self.vllm
+        if v.parallel not in VLLM_PARALLEL:
+            raise ConfigError(f"teacher.vllm.parallel: must be one of {', '.join(VLLM_PARALLEL)}, got {v.parallel!r}")
+        if "tensor_parallel_size" in v.engine_kwargs:  # two settings for one thing would disagree
+            raise ConfigError("teacher.vllm.engine_kwargs.tensor_parallel_size: set by teacher.vllm.parallel and the "
+                              "pod's GPUs (data: 1 per engine, tensor: every GPU); remove it")
 
     def _check_problems(self) -> None:
         if not isinstance(self.problems, list) or not self.problems:
