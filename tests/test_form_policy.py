@@ -96,9 +96,9 @@ CORPUS = [
     (["tracking=../data/gsm8k"], "is not the name of a file of hydra_conf/tracking/"),
     (["data=GSM8K"], "is not the name of a file of hydra_conf/data/"),
     (["+data=gsm8k"], "is chosen as data=NAME"),
-    (["data@sft=gsm8k"], "not a key=value override whose key is a dotted name"),
-    (["stage@sft=rl"], "not a key=value override whose key is a dotted name"),
-    (["stage/x=rl"], "not a key=value override whose key is a dotted name"),
+    (["data@sft=gsm8k"], "not a key=value (or ~key) override whose key is a dotted name"),
+    (["stage@sft=rl"], "not a key=value (or ~key) override whose key is a dotted name"),
+    (["stage/x=rl"], "not a key=value (or ~key) override whose key is a dotted name"),
     (["experiment=npr"], "chooses a file of the config group experiment"),
     (["model=qwen3_4b_base"], "chooses a file of the config group model"),
     (["cluster=gpu"], "chooses a file of the config group cluster"),
@@ -106,11 +106,14 @@ CORPUS = [
     (["+stage_modules.base={module}"], "it sets stage_modules.base"),
     (["++stage_modules.teacher={module}"], "it sets stage_modules.teacher"),
     (["~stage_modules="], "it sets stage_modules"),
+    (["~stage_modules"], "it sets stage_modules"),
+    (["~data"], "is chosen as data=NAME"),
+    (["~teacher.vllm"], "cannot be removed"),  # the schema refuses it while composing with the form
     (["hydra.searchpath=[file:///tmp]"], "it sets hydra.searchpath"),
     (["hydra.job.chdir=true"], "it sets hydra.job.chdir"),
-    (["\uff53tage_modules.base=x"], "not a key=value override whose key is a dotted name"),  # a fullwidth 's'
-    (["sft.lr=1e-5\nstage_modules.base=x"], "not a key=value override"),
-    (["sft.lr"], "not a key=value override"),
+    (["\uff53tage_modules.base=x"], "not a key=value (or ~key) override whose key is a dotted name"),  # a fullwidth 's'
+    (["sft.lr=1e-5\nstage_modules.base=x"], "not a key=value (or ~key) override"),
+    (["sft.lr"], "not a key=value (or ~key) override"),
     # the environment, in any spelling
     (["format=$\\{oc.env\\:FAKE_SECRET\\}"], "a value may not hold '$'"),
     (["format=${oc.env:FAKE_SECRET}"], "a value may not hold '$'"),
@@ -182,22 +185,22 @@ def test_a_form_override_that_fails_the_config_never_echoes_the_environment(monk
     ["data=gsm8k", "tracking=server", "format=npr"],
     ["data.cold_start=[{source: gsm8k, uri: s3://parathink/data/gsm8k.parquet, split: train, limit: 40}]"],
     ["eval.benchmarks=s3://parathink/data/parallel_r1/test.parquet", "eval.models=[sft,rl_hard]"],
-    ["+eval.sets.gsm={source: gsm8k, uri: null, split: test, limit: 50, k: 1}", "eval.sets.math=null"],
+    ["+eval.sets.gsm={source: gsm8k, uri: null, split: test, limit: 50, k: 1}", "~eval.sets.math"],
     ["rl_easy.problems={source: native, uri: s3://parathink/data/easy.jsonl}", "force=[eval]"],
 ])
-def test_what_a_researcher_sets_passes_by_effect(form, capsys):
+def test_what_a_researcher_sets_passes_by_effect(form):
     """The gpu profile's data root is s3://parathink/data (hydra_conf/cluster/gpu.yaml)."""
-    code, out, err = _plan(capsys, *TRUSTED, "--form", *form)
-    assert code == 0 and err == [], err
+    form_policy.check(TRUSTED, form, form_policy.load())  # no plan: test_what_a_researcher_tunes_... runs one
 
 
-def test_the_data_roots_come_from_the_deployments_environment_first(monkeypatch, capsys):
+def test_the_data_roots_come_from_the_deployments_environment_first(monkeypatch):
+    from parathink.errors import ConfigError
+
     monkeypatch.setenv(form_policy.DATA_ROOTS_ENV, "/srv/data, hub:openai")
     ok = ["data.cold_start=[{source: gsm8k, uri: /srv/data/gsm8k.jsonl}]", "eval.benchmarks=hub:openai/test"]
-    code, _, err = _plan(capsys, *TRUSTED, "--form", *ok)
-    assert code == 0, err
-    code, _, err = _plan(capsys, *TRUSTED, "--form", "eval.benchmarks=s3://parathink/data/test.parquet")
-    assert code == 2 and "it points eval.benchmarks outside the deployment's data roots" in err[0]
+    form_policy.check(TRUSTED, ok, form_policy.load())
+    with pytest.raises(ConfigError, match="it points eval.benchmarks outside the deployment's data roots"):
+        form_policy.check(TRUSTED, ["eval.benchmarks=s3://parathink/data/test.parquet"], form_policy.load())
 
 
 @pytest.mark.parametrize("uri, roots, inside", [

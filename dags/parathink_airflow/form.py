@@ -18,8 +18,9 @@ import yaml
 EXECUTORS = ("local", "kubernetes", "kfp")
 # A Hydra override: key=value, with + (add a key), ++ (add or replace) or ~ (delete) before the key. No value holds
 # a '$' (interpolations and resolvers, ${oc.env:...} among them, in any escape) nor a control character.
-OVERRIDE = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_.@/\-]*)=[^$\x00-\x1f\x7f]*")
-OVERRIDE_PATTERN = f"^{OVERRIDE.pattern}$"  # the same rule in the form's JSON schema (without an allowlist)
+# ~key alone deletes whatever the value (its key in the third group).
+OVERRIDE = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_.@/\-]*)=[^$\x00-\x1f\x7f]*|~([A-Za-z_][A-Za-z0-9_.@/\-]*)")
+OVERRIDE_PATTERN = f"^(?:{OVERRIDE.pattern})$"  # the same rule in the form's JSON schema (without an allowlist)
 # The pieces of the allowlist's pattern, as parathink.form_policy has them (tests/dags/test_dag_form.py keeps the two
 # patterns equal): dotted keys (no '@' package, no '/' group), no '$' in a value, groups chosen by a file's name.
 KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*"
@@ -79,9 +80,13 @@ def check_overrides(overrides: Sequence[Any]) -> tuple[str, ...]:
         match = OVERRIDE.fullmatch(item) if isinstance(item, str) else None
         if match is None:
             raise FormError(f"overrides[{i}]: {item!r} is not a Hydra override of the form key=value")
-        if match.group(2) in FORM_KEYS:
-            raise FormError(f"overrides[{i}]: {item!r} sets {match.group(2)}, which has its own field in the form")
+        if _key(match) in FORM_KEYS:
+            raise FormError(f"overrides[{i}]: {item!r} sets {_key(match)}, which has its own field in the form")
     return tuple(overrides)
+
+
+def _key(match: re.Match) -> str:
+    return match.group(2) or match.group(3)
 
 
 def _glob(glob: str) -> str:
@@ -106,8 +111,13 @@ def allowlist_pattern(groups: Mapping[str, Sequence[str]], chosen: Sequence[str]
 
     choices = "|".join(f"{g}=(?:{'|'.join(groups[g])})" for g in chosen if groups.get(g)) or "(?!)"
     others = "|".join(groups) or "(?!)"
-    keys = f"(?:{either(widened)})|(?!(?:{either(deny)})=)(?:{either(allow)})"
-    return rf"^(?:{choices}|(?:\+\+|\+|~)?(?={KEY}=)(?!(?:{others})=)(?:{keys})={VALUE})$"
+
+    def key(end: str) -> str:  # an allowed key that names no group, followed by `end`
+        keys = f"(?:{either(widened)})|(?!(?:{either(deny)}){end})(?:{either(allow)})"
+        return f"(?={KEY}{end})(?!(?:{others}){end})(?:{keys}){end}"
+
+    # key=value with +, ++ or ~ before it; or ~key (Hydra's delete, whatever the value)
+    return rf"^(?:{choices}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key('$')})$"
 
 
 def config_groups(root: Path) -> dict[str, tuple[str, ...]]:
@@ -139,7 +149,7 @@ def default_run_dir(dag_id: str, name: str) -> str:
 
 def sets_tracking(overrides: Sequence[str]) -> bool:
     """Whether the user chose the tracking store (group or URI) in the overrides."""
-    keys = {OVERRIDE.fullmatch(o).group(2) for o in overrides}
+    keys = {_key(OVERRIDE.fullmatch(o)) for o in overrides}
     return bool(keys & {"tracking", "tracking.uri"})
 
 

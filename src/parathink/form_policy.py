@@ -120,21 +120,26 @@ def pattern(allowlist: Allowlist, groups: Mapping[str, Sequence[str]]) -> str:
 
     chosen = "|".join(f"{g}=(?:{'|'.join(groups[g])})" for g in allowlist.groups if groups.get(g)) or "(?!)"
     others = "|".join(groups) or "(?!)"
-    keys = f"(?:{either(allowlist.widened)})|(?!(?:{either(allowlist.deny)})=)(?:{either(allowlist.allow)})"
-    return rf"^(?:{chosen}|(?:\+\+|\+|~)?(?={KEY}=)(?!(?:{others})=)(?:{keys})={VALUE})$"
+
+    def key(end: str) -> str:  # an allowed key that names no group, followed by `end`
+        keys = f"(?:{either(allowlist.widened)})|(?!(?:{either(allowlist.deny)}){end})(?:{either(allowlist.allow)})"
+        return f"(?={KEY}{end})(?!(?:{others}){end})(?:{keys}){end}"
+
+    # key=value with +, ++ or ~ before it; or ~key (Hydra's delete, whatever the value)
+    return rf"^(?:{chosen}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key('$')})$"
 
 
 def _why(override: str, allowlist: Allowlist, groups: Mapping[str, Sequence[str]]) -> str:
     """Why ``override`` does not match :func:`pattern`, in words."""
-    key, _, value = override.partition("=")
+    key, eq, value = override.partition("=")
     bare = key.lstrip("+~")
-    if not _ or re.search(r"[\x00-\x1f\x7f]", override) or not re.fullmatch(KEY, bare):
-        return "not a key=value override whose key is a dotted name (letters, digits, _)"
+    if not (eq or key.startswith("~")) or re.search(r"[\x00-\x1f\x7f]", override) or not re.fullmatch(KEY, bare):
+        return "not a key=value (or ~key) override whose key is a dotted name (letters, digits, _)"
     if "$" in value:
         return ("a value may not hold '$': interpolations and resolvers (${oc.env:...}, in any spelling or escape) "
                 "read the worker's environment")
     if bare in allowlist.groups:
-        if bare != key:
+        if bare != key or not eq:
             return f"the config group {bare} is chosen as {bare}=NAME, without + or ~"
         return (f"{value!r} is not the name of a file of hydra_conf/{bare}/ (one of "
                 f"{', '.join(groups.get(bare, ()))}; a group is chosen by name, never by path)")

@@ -52,7 +52,7 @@ def test_orders_the_chain_cannot_run_are_refused(stages, message):
 
 
 @pytest.mark.parametrize("override", ["sft.lr=1e-5", "+new.key=1", "++a.b=[1,2]", "~teacher.limit=null",
-                                      "tracking=none", "data.cold_start.0.n=40", "run_dir_extra=x"])
+                                      "~sft.gate", "tracking=none", "data.cold_start.0.n=40", "run_dir_extra=x"])
 def test_hydra_overrides_pass(override):
     assert check_overrides([override]) == (override,)
 
@@ -138,11 +138,13 @@ ATTACKS = ["+stage_modules.teacher=/tmp/x.py", "stage_modules.teacher=/tmp/x.py"
            "data=../../../../../../../tmp/x/evil", "data=/tmp/x/evil", "tracking=../data/gsm8k", "+data=gsm8k",
            "format=$\\{oc.env\\:FAKE_SECRET\\}", "format='${oc.env:X}'", "eval.models=[base,'${oc.env:X}']",
            "sft.lr=${oc.decode:'1'}", "data@sft=gsm8k", "stage@sft=rl", "stage/x=rl", "experiment=npr", "cluster=gpu",
-           "\uff53tage_modules.base=x", "sft.lr=1\x00", "teacher.vllm.engine_kwargs.trust_remote_code=true"]
+           "\uff53tage_modules.base=x", "sft.lr=1\x00", "teacher.vllm.engine_kwargs.trust_remote_code=true",
+           "~stage_modules", "~data", "~cluster.secrets", "~hydra"]
 RESEARCH = ["sft.lr=1e-5", "+sft.gate.min_parallel_rate=0.4", "~teacher.limit=null", "tracking=none", "data=gsm8k",
             "data.cold_start.0.n=40", "eval.sets.hard.n=400", "rl_hard.steps=200", "teacher.backend=scripted",
             "format=npr", "force=[eval]", "teacher.vllm.temperature=0.6", "tracking=server", "data=synthetic",
-            "eval.benchmarks=s3://parathink/data/test.parquet", "eval.models=[sft,rl_hard]"]
+            "eval.benchmarks=s3://parathink/data/test.parquet", "eval.models=[sft,rl_hard]", "~eval.sets.math",
+            "~sft.gate.min_parallel_rate"]
 
 
 def _schema(widened=()):
