@@ -93,3 +93,17 @@ def test_each_rank_gets_its_share_of_the_pods_cpus(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own count stays
     launch.share_threads(8)
     assert launch.os.environ["OMP_NUM_THREADS"] == "3"
+
+
+EIGHT = ["torchrun", "--nproc_per_node", "8", "-m", "parathink.cli", "stage", "sft"]
+
+
+def test_a_machine_with_too_few_gpus_is_refused_and_a_cpu_one_runs_as_many_ranks_as_it_has_cpus():
+    assert launch.fit(EIGHT, "stage sft", visible=8, cpus=2) == EIGHT
+    with pytest.raises(launch.ConfigError, match=r"stage sft: 8 ranks \(cluster.gpus_per_node\) on a machine with "
+                                                 r"2 visible GPUs; set cluster.gpus_per_node=2"):
+        launch.fit(EIGHT, "stage sft", visible=2, cpus=64)
+    # No GPU (fake GPUs of a test cluster, a CPU container of the GPU profile): one rank per CPU at most.
+    assert launch.fit(EIGHT, "stage sft", visible=0, cpus=64) == EIGHT
+    assert launch.fit(EIGHT, "stage sft", visible=0, cpus=2) == [*EIGHT[:2], "2", *EIGHT[3:]]
+    assert launch.fit(EIGHT, "stage sft", visible=0, cpus=1) is None  # one rank: the stage runs in this process

@@ -21,7 +21,9 @@ run in those ranks, as ``torchrun --nproc_per_node 8 -m parathink.cli run`` runs
 RL, eval) on every rank, the others on rank 0 while the rest wait (parathink.stages.runner); the vLLM teacher, one
 process, starts its engines over every GPU of the node from rank 0 (placement.teacher.engines).
 
-The agent process never touches CUDA: the ranks own the GPUs.
+The agent process never touches CUDA: the ranks own the GPUs. On a machine without GPUs (the test cluster's fake
+ones) the ranks run on the CPU, at most one per usable CPU (:func:`fit`); each rank gets its share of the CPUs'
+threads (:func:`share_threads`).
 """
 
 from __future__ import annotations
@@ -77,15 +79,23 @@ def rank_exit_code(codes: dict[int, int]) -> int:
     return 128 - code if code < 0 else code or exits.EXIT_ERROR
 
 
-def check_devices(n: int, what: str) -> None:
-    """Refuse ``n`` ranks on a machine whose CUDA sees fewer GPUs (some, but too few). With none (a CPU machine:
-    the rehearsal, a test cluster's fake GPUs) the ranks run on the CPU, one process each, as on GPUs."""
-    import torch
-
-    visible = torch.cuda.device_count()  # NVML's count: no CUDA context in this process
+def fit(launch: list[str], what: str, visible: int, cpus: int) -> list[str] | None:
+    """``launch`` for this machine: refused (ConfigError) where CUDA sees some GPUs but fewer than its ranks. With
+    none (a CPU machine: a test cluster's fake GPUs, a CPU container of the GPU profile) the ranks run on the CPU,
+    at most one per CPU this process may use (``cpus``; more would only take turns), and None when that leaves one
+    rank: the stage then runs in this process, as it would on one GPU."""
+    n = ranks(launch)
     if 0 < visible < n:
         raise ConfigError(f"{what}: {n} ranks (cluster.gpus_per_node) on a machine with {visible} visible GPUs; "
                           f"set cluster.gpus_per_node={visible} or run on the placement's node")
+    if visible or n <= cpus:
+        return launch
+    if cpus < 2:
+        return None
+    flag = launch.index("--nproc_per_node")
+    print(f"[parathink] {what}: no visible GPU; {n} ranks capped at {cpus}, the CPUs this process may use",
+          file=sys.stderr, flush=True)
+    return [*launch[:flag + 1], str(cpus), *launch[flag + 2:]]
 
 
 def _stage_launch(name: str, overrides: list[str]) -> list[str] | None:
@@ -110,15 +120,27 @@ def run_launch_of(cfg, names: list[str]) -> list[str] | None:
     return [TORCHRUN, "--nproc_per_node", str(most), "-m", "parathink.cli", "run"]
 
 
-def _start(launch: list[str], overrides: list[str], what: str) -> int:
-    """Run ``launch`` with ``overrides``: its ranks' exit code (2, one line, when this machine cannot hold them)."""
-    n = ranks(launch)
-    code = exits.guarded(lambda: check_devices(n, what))
+def _start(launch: list[str], overrides: list[str], what: str) -> int | None:
+    """Run ``launch`` with ``overrides``: its ranks' exit code (2, one line, when this machine cannot hold them);
+    None when this machine runs it as one process (:func:`fit`)."""
+    def fitted():
+        import torch
+
+        from parathink import threads
+
+        # device_count: NVML's count where it can, no CUDA context in this process (the ranks own the GPUs).
+        found["launch"] = fit(launch, what, torch.cuda.device_count(), threads.usable_cpus())
+
+    found: dict = {}
+    code = exits.guarded(fitted)
     if code != exits.EXIT_OK:
         return code
+    if found["launch"] is None:
+        return None
+    n = ranks(found["launch"])
     share_threads(n)
-    print(f"[parathink] {what}: starting {n} ranks: {' '.join(launch)} ...", file=sys.stderr, flush=True)
-    return run_launch(launch, overrides)
+    print(f"[parathink] {what}: starting {n} ranks: {' '.join(found['launch'])} ...", file=sys.stderr, flush=True)
+    return run_launch(found["launch"], overrides)
 
 
 def share_threads(n: int) -> None:
@@ -148,9 +170,8 @@ def main_stage(name: str, overrides: list[str]) -> int:
     from parathink.stages import runner
 
     launch = None if launched() else _planned(lambda: _stage_launch(name, overrides))
-    if launch is not None:
-        return _start(launch, overrides, f"stage {name}")
-    return runner.main_stage(name, overrides)
+    code = None if launch is None else _start(launch, overrides, f"stage {name}")
+    return runner.main_stage(name, overrides) if code is None else code
 
 
 def main_run(overrides: list[str]) -> int:
@@ -164,6 +185,5 @@ def main_run(overrides: list[str]) -> int:
         return run_launch_of(cfg, [str(s) for s in cfg.stages])
 
     launch = None if launched() else _planned(find)
-    if launch is not None:
-        return _start(launch, overrides, "run")
-    return runner.main_run(overrides)
+    code = None if launch is None else _start(launch, overrides, "run")
+    return runner.main_run(overrides) if code is None else code
