@@ -121,3 +121,22 @@ def test_the_command_line_prints_the_pod_and_names_what_is_wrong(airflow_python,
                           (["request", "--plan", str(tmp_path / "nope.json"), "--stage", "sft"], "nope.json")]:
         proc = _cli(airflow_python, *args)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_each_gpu_pod_runs_one_rank_per_gpu_it_asks_for(pods, plans):
+    """The pod's command is `parathink stage NAME ...`; that process starts the launch its placement carries
+    (parathink.launch): torchrun with as many ranks as the pod has GPUs, or, for the vLLM teacher, one process whose
+    engines take every GPU."""
+    placement = json.loads(plans["gpu"].read_text())["placement"]
+    for stage in STAGES:
+        container = pods["gpu"][stage]["request"]["spec"]["containers"][0]
+        assert container["command"] == ["parathink"] and container["args"][:2] == ["stage", stage]
+        gpus = int(container["resources"]["limits"].get("nvidia.com/gpu", 0))
+        launch, engines = placement[stage]["launch"], placement[stage]["engines"]
+        if engines:
+            assert launch == ["parathink", "stage", stage] and engines["engines"] * engines["gpus_per_engine"] == gpus
+        elif gpus > 1:
+            assert launch == ["torchrun", "--nproc_per_node", str(gpus), "-m", "parathink.cli", "stage", stage]
+        else:
+            assert launch == ["parathink", "stage", stage]
+    assert placement["teacher"]["engines"] == {"parallel": "data", "engines": 8, "gpus_per_engine": 1}
