@@ -2,6 +2,7 @@
 hydra_conf/form_allowlist.yaml before anything is composed or imported; the command line keeps its full power."""
 
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -133,6 +134,7 @@ CORPUS = [
     (["eval.benchmarks=s3://other-bucket/test.parquet"], "it points eval.benchmarks outside"),
     (["data.cold_start.0.uri=s3://parathink/data/../secrets/x"], "it points data.cold_start.0.uri outside"),
     (["eval.models=[base,../../other_run/base]"], "eval.models.1 must name a stage"),
+    (["eval.models=" + "[" * 3000 + "]" * 3000], "nested too deeply"),
 ]
 
 
@@ -279,3 +281,34 @@ def test_fuzz_the_form_syntax_check(prefix, key, value):
     except HydraException:  # Hydra refuses it itself when composing (one line, exit 2)
         return
     assert not any("${" in s for s in _strings_in(parsed.value()))
+
+
+ATOMS = ["1", "0.5", "-3", "null", "true", "a", "base", "sft", "../x", "/etc/passwd", "s3://parathink/data/x",
+         "s3://other/x", "hub:evil/x", "'q uoted'", "\\{", "\\:", "oc.env", "FAKE_SECRET", "str(1)", "[]", "{}",
+         "\u00e9", "\u2028"]
+VALUES = st.recursive(st.sampled_from(ATOMS),
+                      lambda inner: st.one_of(st.lists(inner, max_size=3).map(lambda xs: f"[{','.join(xs)}]"),
+                                              st.dictionaries(st.sampled_from(["uri", "source", "model", "k", "x"]),
+                                                              inner, max_size=3).map(
+                                                  lambda d: "{" + ", ".join(f"{k}: {v}" for k, v in d.items())
+                                                  + "}")),
+                      max_leaves=6)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefix=st.sampled_from(["", "+", "++", "~"]),
+       key=st.sampled_from(["teacher.vllm", "eval.models", "eval.sets.easy", "data.cold_start", "rl_easy.problems",
+                            "sft.gate", "eval.benchmarks", "teacher.self.model", "format"]),
+       value=VALUES)
+def test_fuzz_the_whole_form_check(prefix, key, value):
+    """Generated overrides that the pattern lets through, composed: the check answers with one ConfigError line
+    holding no environment value, or passes; never a traceback."""
+    from unittest import mock
+
+    from parathink.errors import ConfigError
+
+    with mock.patch.dict(os.environ, {"FAKE_SECRET": SECRET}):
+        try:
+            form_policy.check(TRUSTED, [f"{prefix}{key}={value}"], _FUZZ_POLICY[0])
+        except ConfigError as err:
+            assert "\n" not in str(err) and SECRET not in str(err)

@@ -315,6 +315,9 @@ def check(trusted: Sequence[str], form: Sequence[str], allowlist: Allowlist, *,
         after_cfg = compose([*trusted, *form])
     except ConfigError as err:
         raise ConfigError(_scrub(f"form overrides: {err}", " ".join([*trusted, *form]), env)) from None
+    except RecursionError:  # Hydra's parser recurses once per bracket: [[[[...]]]] a few thousand deep
+        raise ConfigError("form overrides: a value nested too deeply for Hydra's parser (lists and mappings "
+                          "inside each other)") from None
     before, after = _leaves(before_cfg), _leaves(after_cfg)
     chosen = {o.partition("=")[0] for o in form if o.partition("=")[0] in allowlist.groups}
     roots = data_roots(before_cfg.get("cluster"), env)
