@@ -20,11 +20,15 @@ EXECUTORS = ("local", "kubernetes", "kfp")
 # a '$' (interpolations and resolvers, ${oc.env:...} among them, in any escape) nor a control character.
 # ~key alone deletes whatever the value (its key in the third group).
 OVERRIDE = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_.@/\-]*)=[^$\x00-\x1f\x7f]*|~([A-Za-z_][A-Za-z0-9_.@/\-]*)")
-OVERRIDE_PATTERN = f"^(?:{OVERRIDE.pattern})$"  # the same rule in the form's JSON schema (without an allowlist)
+# The same rule in the form's JSON schema (without an allowlist); (?![\s\S]) ends the string, as END below.
+OVERRIDE_PATTERN = f"^(?:{OVERRIDE.pattern})(?![\\s\\S])"
 # The pieces of the allowlist's pattern, as parathink.form_policy has them (tests/dags/test_dag_form.py keeps the two
 # patterns equal): dotted keys (no '@' package, no '/' group), no '$' in a value, groups chosen by a file's name.
 KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*"
 VALUE = r"[^$\x00-\x1f\x7f]*"
+# The end of the string: `$` would also match before a final newline in Python's re.search (how jsonschema applies
+# a pattern), not in ECMAScript.
+END = r"(?![\s\S])"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 GLOB = re.compile(r"[A-Za-z0-9_.*]+")  # a key glob of hydra_conf/form_allowlist.yaml
 # Set through their own form fields; an override of them would fight the field.
@@ -117,7 +121,7 @@ def allowlist_pattern(groups: Mapping[str, Sequence[str]], chosen: Sequence[str]
         return f"(?={KEY}{end})(?!(?:{others}){end})(?:{keys}){end}"
 
     # key=value with +, ++ or ~ before it; or ~key (Hydra's delete, whatever the value)
-    return rf"^(?:{choices}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key('$')})$"
+    return rf"^(?:{choices}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key(END)}){END}"
 
 
 def config_groups(root: Path) -> dict[str, tuple[str, ...]]:

@@ -41,6 +41,9 @@ DATA_ROOTS_ENV = "PARATHINK_DATA_ROOTS"
 # The pieces of the pattern (dags/parathink_airflow/form.py has the same; ECMAScript and Python's re alike).
 KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*"  # dotted names and list indices: no '@' package, no '/' group
 VALUE = r"[^$\x00-\x1f\x7f]*"  # no '$' (every interpolation and resolver), no control character
+# The end of the string: `$` would also match before a final newline in Python's re.search (how jsonschema applies
+# a pattern), not in ECMAScript.
+END = r"(?![\s\S])"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a file of a config group, as the form may choose it
 GLOB = re.compile(r"[A-Za-z0-9_.*]+")  # a key glob of the allowlist (fnmatch's '*' spans dots)
 # A problem set's location, wherever the spec sits (data.*, *.problems, eval.sets.*, ...); tracking.uri is the
@@ -126,7 +129,7 @@ def pattern(allowlist: Allowlist, groups: Mapping[str, Sequence[str]]) -> str:
         return f"(?={KEY}{end})(?!(?:{others}){end})(?:{keys}){end}"
 
     # key=value with +, ++ or ~ before it; or ~key (Hydra's delete, whatever the value)
-    return rf"^(?:{chosen}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key('$')})$"
+    return rf"^(?:{chosen}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key(END)}){END}"
 
 
 def _why(override: str, allowlist: Allowlist, groups: Mapping[str, Sequence[str]]) -> str:

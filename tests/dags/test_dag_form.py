@@ -139,7 +139,7 @@ ATTACKS = ["+stage_modules.teacher=/tmp/x.py", "stage_modules.teacher=/tmp/x.py"
            "format=$\\{oc.env\\:FAKE_SECRET\\}", "format='${oc.env:X}'", "eval.models=[base,'${oc.env:X}']",
            "sft.lr=${oc.decode:'1'}", "data@sft=gsm8k", "stage@sft=rl", "stage/x=rl", "experiment=npr", "cluster=gpu",
            "\uff53tage_modules.base=x", "sft.lr=1\x00", "teacher.vllm.engine_kwargs.trust_remote_code=true",
-           "~stage_modules", "~data", "~cluster.secrets", "~hydra"]
+           "~stage_modules", "~data", "~cluster.secrets", "~hydra", "sft.lr=1\n", "~sft.gate\n", "data=gsm8k\n"]
 RESEARCH = ["sft.lr=1e-5", "+sft.gate.min_parallel_rate=0.4", "~teacher.limit=null", "tracking=none", "data=gsm8k",
             "data.cold_start.0.n=40", "eval.sets.hard.n=400", "rl_hard.steps=200", "teacher.backend=scripted",
             "format=npr", "force=[eval]", "teacher.vllm.temperature=0.6", "tracking=server", "data=synthetic",
@@ -175,11 +175,11 @@ def test_the_forms_schema_and_plan_agree_on_every_attack_and_every_research_over
 
     allowlist, schema = form_policy.load(), _schema()
     for override in ATTACKS:
-        assert not schema.match(override), override
+        assert not schema.search(override), override  # jsonschema's way: re.search
         with pytest.raises(ConfigError, match="form override"):
             form_policy.check_keys([override], allowlist)
     for override in RESEARCH:
-        assert schema.match(override), override
+        assert schema.search(override), override
         form_policy.check_keys([override], allowlist)
 
 
@@ -198,6 +198,17 @@ def test_browsers_read_the_pattern_as_python_does():
     out = subprocess.run([node, "-e", script], input=json.dumps([_schema().pattern, cases]), text=True,
                          capture_output=True, check=True, timeout=60).stdout
     assert json.loads(out) == [bool(_schema().match(c)) for c in cases]
+
+
+def test_the_schema_without_an_allowlist_still_refuses_a_dollar_and_a_final_newline():
+    import re
+
+    from parathink_airflow.form import OVERRIDE_PATTERN
+
+    syntax = re.compile(OVERRIDE_PATTERN)
+    assert syntax.search("sft.lr=1") and syntax.search("~sft.gate")
+    for bad in ["sft.lr=1\n", "format=$\\{oc.env\\:X\\}", "sft.lr=${x}", "sft.lr"]:
+        assert not syntax.search(bad), bad
 
 
 def test_an_operator_widens_the_schema_by_deployment_not_by_form():
