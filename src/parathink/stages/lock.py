@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -29,8 +30,9 @@ import uuid
 from pathlib import Path
 
 from parathink import storage
-from parathink.errors import Unavailable
+from parathink.errors import BadInput, Unavailable
 from parathink.logs import log
+from parathink.stages.confine import inside
 from parathink.storage import conditional
 
 LOCKS = ".locks"
@@ -47,8 +49,39 @@ class LockLost(Unavailable):
     """This process's lease was taken over or broken while it ran: it must not publish."""
 
 
+# A stage's name as a lock, an output folder and a scratch folder use it: one path segment, never ``..``.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_name(name: str) -> str:
+    """``name`` when it can name a stage's files (one path segment: no ``/``, not ``.`` or ``..``); else BadInput."""
+    if not _NAME.fullmatch(str(name)) or ".." in str(name):
+        raise BadInput(f"stage {name!r}: not a stage name (letters, digits, '_', '-', '.'; no path)")
+    return str(name)
+
+
 def lock_uri(root: str, name: str) -> str:
-    return storage.join(root, LOCKS, f"{name}.lock")
+    return storage.join(root, LOCKS, f"{check_name(name)}.lock")
+
+
+def known_stage(root: str, name: str) -> None:
+    """Raise BadInput unless ``root`` is a run directory with a lock, a published output or scratch for stage
+    ``name`` (``_run``: run.json's lock); what ``parathink unlock`` checks before it breaks anything."""
+    check_name(name)
+    if storage.is_s3(root):
+        storage.check_uri(root)
+        places = [lock_uri(root, name), storage.join(root, name, "_manifest.json")]
+        if not any(storage.exists(p) for p in places):
+            raise BadInput(f"{root} has no lock and no published output of stage {name!r}")
+        return
+    if not Path(root).is_dir():
+        raise BadInput(f"run directory {root} does not exist (or is not a folder)")
+    base = Path(root)
+    inside(base, base / LOCKS / f"{name}.lock")
+    if not any(p.exists() for p in (base / LOCKS / f"{name}.lock", base / name, base / ".work" / name)):
+        held = sorted(p.stem for p in (base / LOCKS).glob("*.lock")) if (base / LOCKS).is_dir() else []
+        raise BadInput(f"{root} has no lock, output or scratch of stage {name!r} (its locks: "
+                       f"{', '.join(held) or 'none'})")
 
 
 def describe(holder: dict | None) -> str:
@@ -109,7 +142,7 @@ class StageLock:
 
     # ------------------------------------------------------------ local: flock
     def _acquire_local(self) -> None:
-        path = Path(self.uri)
+        path = inside(self.root, self.uri)  # a symlinked .locks or lock file would be truncated and written to
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -206,7 +239,7 @@ def break_lock(root: str, name: str) -> dict | None:
             return None
         conditional.delete(uri)
         return _parse(current[0]) or {}
-    path = Path(uri)
+    path = inside(root, uri)
     if not path.exists():
         return None
     with path.open("rb") as f:

@@ -17,7 +17,9 @@ the run measured about itself, ``parathink.stages.timings``). So two runs of the
 two directories publish the same hash (docs/reliability.md, "What is hashed and why").
 
 A manifest that cannot be read as one (not JSON, not an object, a key missing or of the wrong type, an output
-path that leaves its folder) raises ``ManifestDamaged``; the run directory treats it as no output at all.
+path that leaves its folder) raises ``ManifestDamaged``; the run directory treats it as no output at all. So does one
+that disagrees with itself: a ``version`` this code does not write, or an ``outputs`` table whose SHA-256s do not
+combine to its ``output_hash`` (``outputs: {}`` checked no file at all, and an edited output passed as up to date).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ GATES = "_gates"  # the gate's report and data docs (parathink.stages.gating): p
 # (StageSpec.shared_keys, parathink.stages.contract).
 DEFAULT_SHARED_KEYS = ("model", "data", "format", "seed")
 _REQUIRED = {"stage": str, "config_hash": str, "config": dict, "inputs": dict, "output_hash": str, "outputs": dict}
+VERSION = 2  # what to_json writes; a manifest of another version is not read (the stage runs again)
 
 
 class ManifestDamaged(ValueError):
@@ -84,8 +87,12 @@ def tree_hashes(root: Path) -> tuple[str, dict[str, dict]]:
         rel = p.relative_to(root).as_posix()
         if p.is_file() and rel not in (MANIFEST, TIMINGS) and not rel.startswith(f"{GATES}/"):
             files[rel] = local_meta(p)
-    digest = hashlib.sha256(_canonical({k: v["sha256"] for k, v in files.items()}).encode()).hexdigest()
-    return digest[:16], files
+    return combined_hash(files), files
+
+
+def combined_hash(outputs: dict[str, dict]) -> str:
+    """The output hash of a table {relative path: {sha256, ...}}: what ``output_hash`` must equal."""
+    return hashlib.sha256(_canonical({k: v["sha256"] for k, v in outputs.items()}).encode()).hexdigest()[:16]
 
 
 def _check(data: dict) -> None:
@@ -110,6 +117,13 @@ def _check(data: dict) -> None:
             safe_join(".", rel)
         except StorageError:
             raise ManifestDamaged(f"output path {rel!r} leaves the stage's folder") from None
+    # Checked against itself before it is trusted: the table is what damaged_files compares the folder with, the
+    # hash what the next stage records; the two must describe the same files.
+    if data.get("version") != VERSION or isinstance(data.get("version"), bool):
+        raise ManifestDamaged(f"version {data.get('version')!r} is not {VERSION}")
+    if combined_hash(data["outputs"]) != data["output_hash"]:
+        raise ManifestDamaged(f"its outputs table ({len(data['outputs'])} files) does not combine to its output_hash "
+                              f"{data['output_hash']!r}")
 
 
 @dataclass
@@ -131,7 +145,7 @@ class Manifest:
     # Where a stage cache hit came from (parathink.stages.stage_cache): {run_dir: the run that produced the output,
     # key: its cache key}; None for an output produced in its own run directory.
     origin: dict | None = None
-    version: int = 2
+    version: int = VERSION
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True, default=str)

@@ -9,7 +9,9 @@ Layout (``<root>`` is ``run_dir``)::
     <local>/.tmp/<stage>/           where ``run`` writes before the output is published
 
 ``<local>`` is ``<root>`` for a local run directory and a cache folder for an S3 one (scratch and temp
-space must be local disk; inputs are downloaded there on demand). Publishing is atomic: locally, the
+space must be local disk; inputs are downloaded there on demand). No folder or file of these is created, written,
+read as an output or removed through a symlink that leads out of ``<local>`` (``parathink.stages.confine``): it is
+refused in one line, exit 2. Publishing is atomic: locally, the
 finished temp folder (manifest included) is renamed into place; on S3, the old manifest is deleted first, then
 every file is uploaded, then the manifest last, recording each object's ETag, so a reader that trusts manifests
 never sees a partial output as complete.
@@ -34,7 +36,8 @@ from parathink import provenance, storage
 from parathink.errors import StageInputStale, Unavailable
 from parathink.jsonl import parse_object
 from parathink.logs import log
-from parathink.stages.lock import LOCKS, StageLock
+from parathink.stages.confine import inside
+from parathink.stages.lock import LOCKS, StageLock, check_name
 from parathink.stages.manifest import GATES, MANIFEST, Manifest, ManifestDamaged
 from parathink.storage import digest
 
@@ -77,6 +80,7 @@ class RunDir:
         if self.remote:
             storage.exists(storage.join(self.root, "run.json"))  # raises naming the bucket when it is missing
             return
+        inside(self.local, self.local / LOCKS)
         try:
             (self.local / LOCKS).mkdir(exist_ok=True)
             probe = self.local / LOCKS / f".probe-{os.getpid()}"
@@ -89,17 +93,25 @@ class RunDir:
     def stage_uri(self, stage: str) -> str:
         return storage.join(self.root, stage)
 
+    def scratch(self, *parts: str) -> Path:
+        """``<local>/<parts...>``, refused when a symlink on it leads out of the run directory."""
+        return inside(self.local, self.local.joinpath(*parts))
+
     def work_dir(self, stage: str) -> Path:
-        path = self.local / ".work" / stage
+        path = self.scratch(".work", check_name(stage))
         path.mkdir(parents=True, exist_ok=True)
-        return path
+        return inside(self.local, path)  # made now: a symlink placed meanwhile is seen before anything is written
 
     def fresh_tmp(self, stage: str) -> Path:
         """An empty temp output folder (leftovers of a killed attempt are discarded: never published)."""
-        path = self.local / ".tmp" / stage
+        path = self.scratch(".tmp", stage)
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
-        return path
+        return inside(self.local, path)
+
+    def stage_dir(self, stage: str) -> Path:
+        """A local run directory's output folder of ``stage``, refused when it leads out of the run directory."""
+        return self.scratch(check_name(stage))
 
     def lock(self, stage: str) -> StageLock:
         return StageLock(self.root, stage)
@@ -113,13 +125,19 @@ class RunDir:
     def manifest(self, stage: str) -> Manifest | None:
         """The stage's published manifest; None when there is none, or when it cannot be read as one."""
         uri = storage.join(self.stage_uri(stage), MANIFEST)
+        if not self.remote:
+            inside(self.local, Path(uri))
         if not storage.exists(uri):
             return None
         try:
-            return Manifest.from_json(storage.read_bytes(uri))
+            m = Manifest.from_json(storage.read_bytes(uri))
         except ManifestDamaged as err:
             self._damaged(uri, str(err))
             return None
+        if m.stage != stage:  # a manifest copied from another stage's folder describes other files
+            self._damaged(uri, f"it is the manifest of stage {m.stage!r}")
+            return None
+        return m
 
     def output_hash(self, stage: str) -> str | None:
         m = self.manifest(stage)
@@ -201,8 +219,8 @@ class RunDir:
     def resolve_input(self, stage: str) -> Path:
         """Local folder with ``stage``'s published outputs (downloaded once when the run dir is on S3)."""
         if not self.remote:
-            return Path(self.stage_uri(stage))
-        dest = self.inputs / stage
+            return self.stage_dir(stage)
+        dest = self.scratch(self.inputs.name, check_name(stage))
         m = self.manifest(stage)
         if m is None:
             return dest / "__absent__"
@@ -237,9 +255,9 @@ class RunDir:
         """Publish ``tmp`` as ``stage``'s output; returns a local folder holding the published files."""
         if self.remote:
             return self._publish_s3(stage, tmp, manifest)
-        (tmp / MANIFEST).write_text(manifest.to_json())
-        final = Path(self.stage_uri(stage))
-        trash = self.local / ".tmp" / f"{stage}.old-{uuid.uuid4().hex[:8]}"
+        final = self.stage_dir(stage)
+        trash = self.scratch(".tmp", f"{stage}.old-{uuid.uuid4().hex[:8]}")
+        (inside(self.local, tmp) / MANIFEST).write_text(manifest.to_json())
         if final.exists():
             os.replace(final, trash)
         os.replace(tmp, final)
@@ -270,10 +288,11 @@ class RunDir:
             storage.upload_dir(gate_dir, storage.join(uri, GATES))
             storage.write_text(storage.join(uri, MANIFEST), manifest.to_json())
             return
-        final = Path(uri)
-        staged = final / f".{GATES}.new-{uuid.uuid4().hex[:8]}"
+        final = self.stage_dir(stage)
+        staged = inside(self.local, final / f".{GATES}.new-{uuid.uuid4().hex[:8]}")
+        inside(self.local, final / GATES)
         shutil.copytree(gate_dir, staged)
-        trash = self.local / ".tmp" / f"{stage}.{GATES}.old-{uuid.uuid4().hex[:8]}"
+        trash = self.scratch(".tmp", f"{stage}.{GATES}.old-{uuid.uuid4().hex[:8]}")
         if (final / GATES).exists():
             os.replace(final / GATES, trash)
         os.replace(staged, final / GATES)

@@ -386,9 +386,7 @@ def _call(stage: StageSpec, cfg: DictConfig, ctx: StageContext) -> dict:
 def _run_on_other_rank(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, rank: int) -> None:
     """A data-parallel stage on a rank other than 0: the same scratch (checkpoints are loaded by every rank),
     its own throw-away output folder, no tracking, no manifest."""
-    tmp = rundir.local / ".tmp" / f"{name}.rank{rank}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = rundir.fresh_tmp(f"{name}.rank{rank}")
     ctx = StageContext(name=name, out_dir=tmp, work_dir=rundir.work_dir(name), seed=int(cfg.seed),
                        resolve_input=rundir.resolve_input, progress=False)
     try:
