@@ -134,7 +134,9 @@ CORPUS = [
     (["eval.benchmarks=s3://other-bucket/test.parquet"], "it points eval.benchmarks outside"),
     (["data.cold_start.0.uri=s3://parathink/data/../secrets/x"], "it points data.cold_start.0.uri outside"),
     (["eval.models=[base,../../other_run/base]"], "eval.models.1 must name a stage"),
-    (["eval.models=" + "[" * 3000 + "]" * 3000], "nested too deeply"),
+    (["eval.models=[" + "[" * 400 + "]" * 400 + "]"], "nested too deeply"),
+    (["eval.models=[" + ",".join(["base"] * 500) + "]"], "longer than 2048 characters"),
+    (["sft.lr=1"] * 101, "101 of them, more than the 100 a form may give"),
 ]
 
 
@@ -153,7 +155,7 @@ def test_a_bad_form_is_refused_in_one_line_exit_2_nothing_imported_written_or_ec
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1 and says in lines[0], (code, out, lines)
-    assert lines[0].startswith("parathink: error: form override") and SECRET not in err
+    assert lines[0].startswith("parathink: error: form override") and SECRET not in err and len(lines[0]) < 3000
     assert not mark.exists() and not run_dir.exists()
 
 

@@ -29,6 +29,10 @@ VALUE = r"[^$\x00-\x1f\x7f]*"
 # The end of the string: `$` would also match before a final newline in Python's re.search (how jsonschema applies
 # a pattern), not in ECMAScript.
 END = r"(?![\s\S])"
+# At most this many characters an override and this many overrides a form: Hydra parses a long list slowly (a
+# 100 KB value of 20,000 items kept `plan` busy for minutes), and a researcher's override is a line.
+MAX_CHARS = 2048
+MAX_OVERRIDES = 100
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 GLOB = re.compile(r"[A-Za-z0-9_.*]+")  # a key glob of hydra_conf/form_allowlist.yaml
 # Set through their own form fields; an override of them would fight the field.
@@ -80,8 +84,10 @@ def check_overrides(overrides: Sequence[Any]) -> tuple[str, ...]:
     """The overrides as given, or FormError naming the first one that is not ``key=value``."""
     if isinstance(overrides, str):
         raise FormError("overrides: must be a list of key=value strings, one per line")
+    if len(overrides) > MAX_OVERRIDES:
+        raise FormError(f"overrides: {len(overrides)} of them, more than the {MAX_OVERRIDES} a form may give")
     for i, item in enumerate(overrides):
-        match = OVERRIDE.fullmatch(item) if isinstance(item, str) else None
+        match = OVERRIDE.fullmatch(item) if isinstance(item, str) and len(item) <= MAX_CHARS else None
         if match is None:
             raise FormError(f"overrides[{i}]: {item!r} is not a Hydra override of the form key=value")
         if _key(match) in FORM_KEYS:
@@ -121,7 +127,7 @@ def allowlist_pattern(groups: Mapping[str, Sequence[str]], chosen: Sequence[str]
         return f"(?={KEY}{end})(?!(?:{others}){end})(?:{keys}){end}"
 
     # key=value with +, ++ or ~ before it; or ~key (Hydra's delete, whatever the value)
-    return rf"^(?:{choices}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key(END)}){END}"
+    return rf"^(?=[\s\S]{{0,{MAX_CHARS}}}{END})(?:{choices}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key(END)}){END}"
 
 
 def config_groups(root: Path) -> dict[str, tuple[str, ...]]:

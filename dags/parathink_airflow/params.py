@@ -8,7 +8,7 @@ from pathlib import Path
 from airflow.sdk import Param
 
 from parathink_airflow.chain import CANONICAL
-from parathink_airflow.form import EXECUTORS, OVERRIDE_PATTERN, schema_pattern
+from parathink_airflow.form import EXECUTORS, MAX_CHARS, MAX_OVERRIDES, OVERRIDE_PATTERN, schema_pattern
 from parathink_airflow.local import CHECKOUT
 
 WIDEN_ENV = "PARATHINK_FORM_ALLOW"  # the deployment's own globs (helm/airflow-values.yaml), never the form's
@@ -70,7 +70,8 @@ def form(*, promote: bool, nightly: bool) -> dict[str, Param]:
             description=("Empty: the night's date (YYYYMMDD), so each night draws fresh synthetic problems. "
                          if nightly else "") + "Seeds the problems, sampling and training."),
         "overrides": Param(
-            [], type=["null", "array"], title="Overrides", items={"type": "string", "pattern": override_pattern()},
+            [], type=["null", "array"], title="Overrides", maxItems=MAX_OVERRIDES,
+            items={"type": "string", "maxLength": MAX_CHARS, "pattern": override_pattern()},
             description="Extra Hydra overrides, one key=value per line, e.g. sft.lr=1e-5 or tracking=none: stage "
                         "settings, data specs and eval settings (docs/airflow.md lists them). Placement, images, "
                         "secrets, models to load and code are the deployment's, not the form's. The whole config "

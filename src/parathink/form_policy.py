@@ -44,6 +44,10 @@ VALUE = r"[^$\x00-\x1f\x7f]*"  # no '$' (every interpolation and resolver), no c
 # The end of the string: `$` would also match before a final newline in Python's re.search (how jsonschema applies
 # a pattern), not in ECMAScript.
 END = r"(?![\s\S])"
+# At most this many characters an override and this many overrides a form: Hydra parses a long list slowly (a
+# 100 KB value of 20,000 items kept `plan` busy for minutes), and a researcher's override is a line.
+MAX_CHARS = 2048
+MAX_OVERRIDES = 100
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a file of a config group, as the form may choose it
 GLOB = re.compile(r"[A-Za-z0-9_.*]+")  # a key glob of the allowlist (fnmatch's '*' spans dots)
 # A problem set's location, wherever the spec sits (data.*, *.problems, eval.sets.*, ...); tracking.uri is the
@@ -129,11 +133,13 @@ def pattern(allowlist: Allowlist, groups: Mapping[str, Sequence[str]]) -> str:
         return f"(?={KEY}{end})(?!(?:{others}){end})(?:{keys}){end}"
 
     # key=value with +, ++ or ~ before it; or ~key (Hydra's delete, whatever the value)
-    return rf"^(?:{chosen}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key(END)}){END}"
+    return rf"^(?=[\s\S]{{0,{MAX_CHARS}}}{END})(?:{chosen}|(?:\+\+|\+|~)?{key('=')}{VALUE}|~{key(END)}){END}"
 
 
 def _why(override: str, allowlist: Allowlist, groups: Mapping[str, Sequence[str]]) -> str:
     """Why ``override`` does not match :func:`pattern`, in words."""
+    if len(override) > MAX_CHARS:
+        return f"longer than {MAX_CHARS} characters"
     key, eq, value = override.partition("=")
     bare = key.lstrip("+~")
     if not (eq or key.startswith("~")) or re.search(r"[\x00-\x1f\x7f]", override) or not re.fullmatch(KEY, bare):
@@ -153,6 +159,8 @@ def _why(override: str, allowlist: Allowlist, groups: Mapping[str, Sequence[str]
 
 def check_syntax(form: Sequence[str], allowlist: Allowlist, groups: Mapping[str, Sequence[str]]) -> None:
     """Step 1: every override against :func:`pattern`, before anything is composed."""
+    if len(form) > MAX_OVERRIDES:
+        raise ConfigError(f"form overrides: {len(form)} of them, more than the {MAX_OVERRIDES} a form may give")
     rule = re.compile(pattern(allowlist, groups))
     for o in form:
         if not isinstance(o, str) or not rule.fullmatch(o):

@@ -69,6 +69,7 @@ def test_hydra_overrides_pass(override):
     ("seed=3", "sets seed, which has its own field"),
     ("+run_dir=/tmp/x", "sets run_dir, which has its own field"),
     ("stages=[sft]", "sets stages, which has its own field"),
+    ("sft.lr=" + "1" * 2048, "is not a Hydra override"),
 ])
 def test_anything_else_is_refused_naming_the_item(override, message):
     with pytest.raises(FormError, match=r"overrides\[1\]: .*" + message):
@@ -139,7 +140,8 @@ ATTACKS = ["+stage_modules.teacher=/tmp/x.py", "stage_modules.teacher=/tmp/x.py"
            "format=$\\{oc.env\\:FAKE_SECRET\\}", "format='${oc.env:X}'", "eval.models=[base,'${oc.env:X}']",
            "sft.lr=${oc.decode:'1'}", "data@sft=gsm8k", "stage@sft=rl", "stage/x=rl", "experiment=npr", "cluster=gpu",
            "\uff53tage_modules.base=x", "sft.lr=1\x00", "teacher.vllm.engine_kwargs.trust_remote_code=true",
-           "~stage_modules", "~data", "~cluster.secrets", "~hydra", "sft.lr=1\n", "~sft.gate\n", "data=gsm8k\n"]
+           "~stage_modules", "~data", "~cluster.secrets", "~hydra", "sft.lr=1\n", "~sft.gate\n", "data=gsm8k\n",
+           "sft.lr=" + "1" * 2042]  # 2,049 characters
 RESEARCH = ["sft.lr=1e-5", "+sft.gate.min_parallel_rate=0.4", "~teacher.limit=null", "tracking=none", "data=gsm8k",
             "data.cold_start.0.n=40", "eval.sets.hard.n=400", "rl_hard.steps=200", "teacher.backend=scripted",
             "format=npr", "force=[eval]", "teacher.vllm.temperature=0.6", "tracking=server", "data=synthetic",
@@ -167,6 +169,17 @@ def test_the_forms_schema_is_the_pattern_plan_checks_first(widened, monkeypatch)
     monkeypatch.setenv(form_policy.WIDEN_ENV, ",".join(widened))
     assert schema_pattern(CONFIG, widened) == form_policy.pattern(form_policy.load(CONFIG),
                                                                   form_policy.config_groups(CONFIG))
+
+
+def test_the_form_gives_at_most_a_hundred_overrides_as_plan_takes():
+    from parathink_airflow.form import MAX_OVERRIDES
+
+    from parathink import form_policy
+
+    assert MAX_OVERRIDES == form_policy.MAX_OVERRIDES
+    assert len(check_overrides(["sft.lr=1"] * MAX_OVERRIDES)) == MAX_OVERRIDES
+    with pytest.raises(FormError, match="overrides: 101 of them, more than the 100"):
+        check_overrides(["sft.lr=1"] * 101)
 
 
 def test_the_forms_schema_and_plan_agree_on_every_attack_and_every_research_override():
