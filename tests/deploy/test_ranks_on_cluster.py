@@ -49,6 +49,7 @@ def test_a_stage_pod_on_a_two_gpu_node_runs_two_ranks_that_join(cluster, chart_i
     log = cluster.core.read_namespaced_pod_log("ranks-par", NAMESPACE)
     assert done.status.phase == "Succeeded", log[-3000:]
     assert done.spec.node_name == TWO_GPU_NODE
+    print("\n".join(line for line in log.splitlines() if "ranks" in line or "running on" in line))
     assert "stage par: starting 2 ranks: torchrun --nproc_per_node 2 -m parathink.cli stage par" in log
     assert "par: running on 2 processes" in log
     assert sorted(json.loads(line)["rank"] for line in calls.read_text().splitlines()) == [0, 1]
