@@ -22,6 +22,7 @@ from parathink.quality.thresholds import RLThresholds
 from parathink.stages import RL_STAGES
 from parathink.stages.contract import Gate, StageSpec
 from parathink.training.rl_config import RLConfig
+from parathink.training.stage_state import own_training_state
 
 
 def rl_config(cfg, stage: str) -> RLConfig:
@@ -54,8 +55,10 @@ def rl_stage(name: str) -> StageSpec:
         init_dir = Path(ctx.input(settings.init_from)) / "model"
         return train(settings, ctx, init_dir, stage=name, grammar=str(cfg.format), model_cfg=cfg.get("model"))
 
-    # Under torchrun every process samples and trains its share (parathink.training.rl).
-    return StageSpec(run=run, validate=validate, gate=Gate(gate, RLThresholds), data_parallel=True)
+    # Under torchrun every process samples and trains its share (parathink.training.rl). A reset of accelerate's and
+    # DeepSpeed's process-wide state around the run lets stages follow each other in one process (stage_state says
+    # why that, and not a process per stage).
+    return StageSpec(run=own_training_state(run), validate=validate, gate=Gate(gate, RLThresholds), data_parallel=True)
 
 
 rl_easy, rl_hard, rl_scaffold, grpo_baseline = (rl_stage(name) for name in RL_STAGES)

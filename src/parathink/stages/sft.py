@@ -23,6 +23,7 @@ from parathink.quality.thresholds import SFTThresholds
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
 from parathink.training.sft_config import REPLAYS, SFTConfig, start_stage
+from parathink.training.stage_state import free_accelerator, own_training_state
 
 
 def validate(cfg) -> None:
@@ -199,6 +200,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         # The Trainer pickles its arguments beside the weights, the scratch's absolute path (output_dir) among them,
         # which would make two identical runs in two run directories hash differently. The manifest has the settings.
         (out / "training_args.bin").unlink(missing_ok=True)
+    free_accelerator(trainer.accelerator)  # its DeepSpeed engine would outlive the stage (training.stage_state)
     if metrics["steps"] < metrics["planned_steps"]:
         # The schedule was cut before it annealed: the model is worse than the config promises, and what follows
         # (RL from it, the eval table) inherits that. Said where the user looks, and kept in the manifest.
@@ -211,5 +213,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
 
 
 # Under torchrun / accelerate launch every process trains (the Trainer's DDP, or DeepSpeed / FSDP from sft.deepspeed
-# and sft.fsdp); the model is written by the main process.
-STAGE = StageSpec(run=run, validate=validate, gate=Gate(sft_gate, SFTThresholds), data_parallel=True)
+# and sft.fsdp); the model is written by the main process. The Trainer's accelerate/DeepSpeed state is reset around
+# the run, so that an RL stage under DeepSpeed can follow in the same process (parathink.training.stage_state).
+STAGE = StageSpec(run=own_training_state(run), validate=validate, gate=Gate(sft_gate, SFTThresholds),
+                  data_parallel=True)

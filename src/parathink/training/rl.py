@@ -68,6 +68,7 @@ from parathink.training.rl_parallel import (
     zero_stage,
 )
 from parathink.training.rl_rollouts import Rollout, StepBatch, assemble, problems_for_step, score, step_metrics
+from parathink.training.stage_state import free_accelerator
 
 HALF_DTYPES = ("bfloat16", "bf16", "float16", "fp16")
 
@@ -96,6 +97,18 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     procs = distributed.group()  # before accelerate: it reuses the process group this joins
     dtype = model_cfg.get("dtype", "float32") if model_cfg is not None else "float32"
     run = setup(cfg, init_dir, seed=ctx.seed, stage=stage, grammar=grammar, dtype=dtype)
+    try:
+        return train_from(run, cfg, ctx, stage=stage, grammar=grammar, procs=procs)
+    finally:
+        # A stage that follows in this process must find the memory free (stage_state): DeepSpeed's ZeRO optimiser
+        # hooks every parameter's gradient accumulator, references the garbage collector cannot see, so its engine
+        # outlives the stage unless destroyed.
+        free_accelerator(run.accelerator)
+
+
+def train_from(run: Setup, cfg: RLConfig, ctx, *, stage: str, grammar: str,
+               procs: distributed.Group) -> dict[str, float]:
+    """``train``'s steps, probes and publication with the models ``setup`` built."""
     work = Path(ctx.work_dir)
     metrics_path = work / "metrics.jsonl"
     start, nan_run = resume(run, work, metrics_path, procs)
