@@ -14,8 +14,11 @@
     parathink kfp compile|run|submit ...    the curriculum as a Kubeflow pipeline
     parathink data describe SPEC            what a problem-source spec reads (JSON)
 
-Exit codes: 0 ok, 1 unexpected failure, 2 bad input or configuration, 3 a data-quality gate failed.
-Heavy packages are imported only by the subcommand that needs them, so ``parathink score`` starts fast.
+Exit codes: 0 ok, 1 unexpected failure, 2 bad input or configuration, 3 a data-quality gate failed; a refusal is
+one line on stderr (the command line's own errors too). Options go before or after the overrides of every subcommand
+(``parathink promote --rollback NAME --why ...``, ``compare --rows A B``, ``plan --form ...``): the subcommands in
+``OWN_ARGUMENTS`` read every word after their name themselves. Heavy packages are imported only by the subcommand
+that needs them, so ``parathink score`` starts fast.
 """
 
 from __future__ import annotations
@@ -31,8 +34,23 @@ from parathink.formats.tags import GRAMMARS
 
 
 def _fail(msg: str, code: int = 2) -> int:
-    print(f"parathink: error: {msg}", file=sys.stderr)
+    print(f"parathink: error: {' '.join(str(msg).split())}", file=sys.stderr)
     return code
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its refusals in one line (its own print the usage first) and exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (`{self.prog} --help` says more)\n")
+
+
+# Subcommands that take every word after their name as theirs (Hydra overrides, their own options in any order):
+# argparse's REMAINDER refuses a first word that looks like an option (`promote --rollback NAME` was "unrecognized
+# arguments"), so these bypass it. The value says who answers --help: "own" when the subcommand's module has a parser
+# of its own that knows its options, "here" when this parser's help is the whole story.
+OWN_ARGUMENTS = {"plan": "here", "run": "here", "demo": "here", "promote": "own", "compare": "own", "report": "own",
+                 "kfp": "own", "data": "own"}
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -69,10 +87,17 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_unlock(args: argparse.Namespace) -> int:
-    """Break the lock of stages whose holder is gone (a pod killed while its S3 lease was still valid)."""
+    """Break the lock of stages whose holder is gone (a pod killed while its S3 lease was still valid). Every stage
+    named is checked before any lock is broken: the run directory exists, each name is a stage's (no path), and the
+    run directory has a lock, an output or scratch for it."""
     from parathink.errors import ParathinkError
-    from parathink.stages.lock import break_lock, describe
+    from parathink.stages.lock import break_lock, describe, known_stage
 
+    try:
+        for stage in args.stages:
+            known_stage(args.run_dir, stage)
+    except ParathinkError as e:
+        return _fail(f"unlock: {e}", e.exit_code)
     for stage in args.stages:
         try:
             holder = break_lock(args.run_dir, stage)
@@ -116,7 +141,7 @@ def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="parathink", description="Teach language models to think in parallel.")
+    p = Parser(prog="parathink", description="Teach language models to think in parallel.")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("score", help="score response records: format, metrics, grading, reward")
@@ -158,8 +183,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line as the subcommand will read it (``OWN_ARGUMENTS``: every word after its name, unparsed)."""
+    parser = build_parser()
+    words = list(argv)
+    command = words[0] if words else None
+    if command in OWN_ARGUMENTS and not (OWN_ARGUMENTS[command] == "here" and _asks_help(words[1:])):
+        args = parser.parse_args([command])
+        args.overrides = words[1:]
+        return args
+    return parser.parse_args(words)
+
+
+def _asks_help(words: list[str]) -> bool:
+    return "-h" in words or "--help" in words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     # Before any subcommand imports torch: its thread pools size themselves once, from the environment.
     threads.configure()
     exits.stop_on_sigterm()  # a stage in a container is PID 1: SIGTERM must end it (exits.stop_on_sigterm)
