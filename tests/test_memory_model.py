@@ -128,3 +128,90 @@ def test_a_cache_that_cannot_hold_one_rollout_is_refused():
     cfg = compose(["experiment=parallel_r1_seen", "rl_easy.deepspeed=null"])  # 75 GiB of unsharded states
     with pytest.raises(ConfigError, match=r"rl_easy: the KV cache gets 0.00 GiB per GPU, less than one rollout"):
         cluster.plan(cfg, ["rl_easy"])
+
+
+# ------------------------------------------------------------------ issue 47: every allocation inside the plan
+
+def test_plan_gives_the_teacher_and_the_gated_probes_their_device_memory(capsys):
+    """The vLLM teacher: its engine's gpu_memory_utilization of the GPU (vLLM's 0.9) beside the parent's context;
+    base and sft: their gate's probe (256 rows of up to 5,000 tokens of Qwen3-4B), whose KV cache is the
+    remainder, far below the ~117 GB an unbudgeted probe allocated."""
+    code, out, _ = _plan(capsys, "experiment=parallel_r1_seen")
+    placement = json.loads(out)["placement"]
+    teacher = placement["teacher"]["device_memory"]
+    assert teacher["parts"]["kv_cache"] == 72.0 and teacher["estimate_gib"] == 73.5
+    for stage in ("base", "sft"):
+        memory = placement[stage]["device_memory"]
+        assert "probe" in memory["note"] and memory["estimate_gib"] <= 0.9 * 80 + 1e-6
+        assert 40 < memory["parts"]["kv_cache"] < 256 * 5049 * 147_456 / GIB / 1.5
+
+
+def test_the_rl_pool_is_the_remainder_after_every_counted_workspace():
+    """RL's KV pool: 0.9 of the GPU less the states and the workspaces it used to leave to luck: the paged
+    gather (512 rows x 5,000 x 4 KiB), float64 sampling, ZeRO-2's buckets, the CUDA context."""
+    from parathink.memory_model import gather_workspace, sampling_workspace, stage_budget, zero_buckets
+
+    assert gather_workspace(QWEN3_4B, 2, 512, 5000) == 512 * 5000 * 4096  # ~10 GB: the issue's figure
+    assert sampling_workspace(QWEN3_4B, 512) == 512 * 151936 * 16
+    assert zero_buckets(QWEN3_4B, "hydra_conf/deepspeed/zero2.json", 2) == 2 * 2560**2 * 2 + 500_000_000 * 2
+    cfg = compose(["experiment=parallel_r1_seen"])
+    budget = stage_budget(cfg, "rl_easy", 8, 80 * GIB)
+    p = budget.parts
+    assert p["workspace"] > gather_workspace(QWEN3_4B, 2, 512, 5000) + sampling_workspace(QWEN3_4B, 512)
+    assert p["kv_cache"] == int(0.9 * 80 * GIB) - (p["weights"] + p["grads"] + p["optimizer"] + p["workspace"])
+
+
+def test_scale_cpu_gives_every_stage_that_holds_a_model_an_estimate_from_the_tiny_shape(capsys):
+    """Under scale=cpu (CPU placements, the tiny model whose vocabulary only its config.json names) every stage
+    that holds a model has an estimate for the rehearsal's peak to meet: no CUDA workspace, no capacity."""
+    import torch
+
+    code, out, err = _plan(capsys, "experiment=parallel_r1_seen", "scale=cpu")
+    assert code == 0, err
+    placement = json.loads(out)["placement"]
+    vocab = json.loads(open("src/parathink/assets/tiny_base/config.json").read())["vocab_size"]
+    assert torch.tensor(vocab) > 0
+    for stage in ("base", "teacher", "sft", "rl_easy", "rl_hard", "eval"):
+        memory = placement[stage]["device_memory"]
+        assert not placement[stage]["gpu"] and memory["capacity_gib"] is None, stage
+        assert 0 < memory["estimate_bytes"] < 2 * GIB, stage
+    assert placement["filter"]["device_memory"] is None
+
+
+def test_probe_kv_bytes_is_the_plans_kv_part_on_a_gpu_and_none_on_a_cpu():
+    from parathink.memory_model import probe_budget, probe_kv_bytes
+    from parathink.quality.probe import ProbeSpec
+
+    spec = ProbeSpec(problems={"source": "synthetic"}, k=4, mode="causal", num_paths=2, temperature=1.0, top_p=1.0,
+                     max_new_tokens=3000, batch_size=256)
+    shape = {"num_hidden_layers": 36, "hidden_size": 2560, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "head_dim": 128, "intermediate_size": 9728, "vocab_size": 151936}
+    assert probe_kv_bytes(spec, shape, "torch.bfloat16", None) is None
+    kv = probe_kv_bytes(spec, shape, "torch.bfloat16", 80 * GIB)
+    assert kv == probe_budget(QWEN3_4B, 2, spec, 80 * GIB).parts["kv_cache"] < 256 * 5049 * 147_456
+
+
+def test_device_peak_counts_a_stages_live_tensors_and_over_estimate_compares(tmp_path):
+    """On a CPU: the live-tensor peak of what ran inside (a tensor from before is not counted); the record goes
+    to _timings.json and over_estimate names a stage whose peak exceeds its estimate."""
+    import torch
+
+    from parathink.memory import DevicePeak, check_run, over_estimate
+    from parathink.stages import timings
+
+    before = torch.ones(2**20)  # noqa: F841 - alive throughout, allocated before: not the stage's
+    with DevicePeak() as peak:
+        a = torch.ones(2**20)  # 4 MiB
+        b = torch.ones(2**19)  # 2 MiB, both alive
+        del a, b
+        c = torch.ones(2**18)  # noqa: F841 - 1 MiB after they were freed
+    assert peak.measured_by == "cpu.live_tensors"
+    assert 6 * 2**20 <= peak.peak < 6.5 * 2**20
+    for name, estimate in (("fits", 7 * 2**20), ("over", 5 * 2**20), ("nomodel", None)):
+        (tmp_path / name).mkdir()
+        timings.write(tmp_path / name, device_memory=peak.record(estimate))
+    assert over_estimate(tmp_path / "fits") is None and over_estimate(tmp_path / "nomodel") is None
+    assert re.match(r"stage over: peak 0.0059 GiB .* exceeds its estimate 0.0049 GiB", over_estimate(tmp_path / "over"))
+    (tmp_path / "silent").mkdir()
+    assert check_run(tmp_path, ["fits", "over", "silent"]) == [
+        over_estimate(tmp_path / "over"), "stage silent: no device_memory in its _timings.json"]

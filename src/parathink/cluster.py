@@ -363,25 +363,40 @@ def plan(cfg, stages: list[str]) -> dict[str, Placement]:
     model = cfg.get("model") if hasattr(cfg, "get") and "cluster" in cfg else None
     if model is not None:
         placements = {stage: _with_device_memory(cfg, pl, p.get("gpu_memory")) for stage, pl in placements.items()}
-        check_memory(model, p.get("gpu_memory"), {s: pl for s, pl in placements.items() if pl.device_memory is None})
+        # a GPU placement with an estimate was checked against its GPU; a CPU one against its pod's memory here
+        check_memory(model, p.get("gpu_memory"),
+                     {s: pl for s, pl in placements.items() if not (pl.gpu and pl.device_memory)})
     return placements
 
 
 def _with_device_memory(cfg, p: Placement, gpu_memory: Any) -> Placement:
-    """``p`` with its GPU memory estimate (refused, ConfigError, when it exceeds the GPU); as it is for a CPU stage,
-    a stage that holds no model, or a model config without its shape."""
-    if not p.gpu or not gpu_memory:
-        return p
+    """``p`` with its device memory estimate: per GPU on the GPU pool (refused, ConfigError, when it exceeds the
+    GPU); on a CPU placement the same parts for its process's tensors (no CUDA workspace, no capacity to check:
+    the estimate a CPU rehearsal's measured peak is held to). As it is for a stage that holds no model or a model
+    config without its shape."""
     from dataclasses import replace
 
     from parathink import memory_model
 
-    capacity = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory"))
-    budget = memory_model.stage_budget(cfg, p.stage, p.gpus_per_node * p.nodes, capacity)
+    if p.gpu and gpu_memory:
+        capacity = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory"))
+        budget = memory_model.stage_budget(cfg, p.stage, p.gpus_per_node * p.nodes, capacity)
+    elif p.gpu:
+        return p  # a GPU profile without gpu_memory: nothing to size against
+    else:
+        budget = memory_model.stage_budget(cfg, p.stage, _cpu_ranks(cfg), None)
     if budget is None:
         return p
-    memory_model.check(p.stage, budget)
+    if p.gpu:
+        memory_model.check(p.stage, budget)
     return replace(p, device_memory=budget.to_dict())
+
+
+def _cpu_ranks(cfg) -> int:
+    """The processes a CPU stage shares its ZeRO partitions over: torchrun's WORLD_SIZE when planned inside it."""
+    import os
+
+    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
 
 
 # Stages that load the run's model (filter and promote do not); of those, the ones that train it.

@@ -4,6 +4,9 @@
 without a reset a stage would report the largest peak of any stage before it. On Linux the runner resets the
 process's high-water mark (``/proc/self/clear_refs``) as each stage starts and reads ``VmHWM`` when it ends;
 elsewhere ``reset_peak`` returns False and the figure is the process's peak so far.
+
+Device memory (``DevicePeak``): the peak of the stage's live tensor bytes, recorded in its ``_timings.json`` beside
+the estimate ``parathink plan`` printed for it (``memory_model``), and compared by ``over_estimate``.
 """
 
 from __future__ import annotations
@@ -37,3 +40,99 @@ def peak_rss_mb() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KB on Linux
+
+
+# ------------------------------------------------------------------------ device memory: a stage's tensors
+
+GIB = 2**30
+
+
+class DevicePeak:
+    """The peak of live tensor bytes while a stage runs: ``torch.cuda.max_memory_allocated`` on a GPU (reset at
+    the start); on a CPU PyTorch's own allocator accounting, the profiler's memory events (``profile_memory``:
+    every storage allocated and freed, as ``benchmarks/memory_check.py`` measures), summed in time order. Tensors
+    that existed before the stage started are not in the CPU figure (their frees are not counted either).
+
+    ``measured_by`` names the method; ``none`` where neither works (a profiler already running)."""
+
+    def __init__(self):
+        self.peak: int | None = None
+        self.measured_by = "none"
+        self._profiling = False
+
+    def __enter__(self) -> DevicePeak:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+            self.measured_by = "cuda.max_memory_allocated"
+            return self
+        from torch.autograd import _enable_profiler, _prepare_profiler
+        from torch.profiler import ProfilerActivity
+
+        try:
+            _prepare_profiler(self._config(), {ProfilerActivity.CPU})
+            _enable_profiler(self._config(), {ProfilerActivity.CPU})
+        except RuntimeError:  # a profiler is already on (a benchmark measuring the stage itself)
+            return self
+        self._profiling, self.measured_by = True, "cpu.live_tensors"
+        return self
+
+    @staticmethod
+    def _config():
+        from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+        # no shapes, no stacks, no FLOPs, no modules: memory events and the ops' names only
+        return ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        if self.measured_by == "cuda.max_memory_allocated":
+            self.peak = int(torch.cuda.max_memory_allocated())
+        elif self._profiling:
+            from torch.autograd import DeviceType, _disable_profiler
+
+            result = _disable_profiler()
+            events = sorted((e.start_ns(), e.nbytes()) for e in result.events()
+                            if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+            running = peak = 0
+            for _, nbytes in events:  # an allocation is positive, a free negative
+                running += nbytes
+                peak = max(peak, running)
+            self.peak = peak
+
+    def record(self, estimate_bytes: int | None) -> dict:
+        """The ``device_memory`` section of ``_timings.json``: the estimate ``plan`` printed and the peak."""
+        return {"estimate_gib": None if estimate_bytes is None else round(estimate_bytes / GIB, 6),
+                "estimate_bytes": estimate_bytes,
+                "peak_gib": None if self.peak is None else round(self.peak / GIB, 6), "peak_bytes": self.peak,
+                "measured_by": self.measured_by}
+
+
+def over_estimate(stage_dir, name: str | None = None) -> str | None:
+    """One line when the stage published in ``stage_dir`` (a folder or ``s3://`` prefix) peaked above its estimate,
+    or recorded no figures to compare; None when its peak is within its estimate or it holds no model (no
+    estimate). The rehearsal's check (docs/gpu.md, "Memory ledger")."""
+    from parathink.stages import timings
+
+    name = name or str(stage_dir).rstrip("/").rsplit("/", 1)[-1]
+    record = timings.read(stage_dir).get("device_memory")
+    if not isinstance(record, dict):
+        return f"stage {name}: no device_memory in its _timings.json"
+    estimate, peak = record.get("estimate_bytes"), record.get("peak_bytes")
+    if estimate is None:
+        return None
+    if peak is None:
+        return f"stage {name}: device_memory has no measured peak ({record.get('measured_by')})"
+    if peak > estimate:
+        return (f"stage {name}: peak {peak / GIB:.4f} GiB ({peak:,} bytes, {record.get('measured_by')}) exceeds its "
+                f"estimate {estimate / GIB:.4f} GiB ({estimate:,} bytes)")
+    return None
+
+
+def check_run(run_dir, stages) -> list[str]:
+    """``over_estimate`` of each of ``stages`` under ``run_dir``: [] when every peak is within its estimate."""
+    from parathink import storage
+
+    return [line for name in stages if (line := over_estimate(storage.join(str(run_dir), name), name))]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parathink.engine.kv_budget import dtype_bytes, kv_bytes_per_token
+from parathink.engine.kv_budget import PREFILL_TOKENS, dtype_bytes, kv_bytes_per_token
 from parathink.errors import ConfigError
 
 GIB = 2**30
@@ -62,6 +62,7 @@ class Arch:
     intermediate: int
     vocab: int
     tied: bool = True
+    max_positions: int = 0  # max_position_embeddings: no engine call's row is longer (Engine._check); 0 unknown
 
     @classmethod
     def from_cfg(cls, node: Mapping[str, Any], where: str = "model.config") -> Arch:
@@ -78,7 +79,8 @@ class Arch:
             values[name] = int(node[key])
             if values[name] < 1:
                 raise ConfigError(f"{where}.{key}={node[key]!r}: must be >= 1")
-        return cls(**values, tied=bool(node.get("tie_word_embeddings", True)))
+        return cls(**values, tied=bool(node.get("tie_word_embeddings", True)),
+                   max_positions=int(node.get("max_position_embeddings") or 0))
 
     @property
     def q(self) -> int:
@@ -188,8 +190,11 @@ class Budget:
     update: Update | None = None  # a training stage's phases (``total``)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"estimate_gib": round(self.estimate / GIB, 2), "capacity_gib": round(self.capacity / GIB, 2),
-                "parts": {k: round(v / GIB, 2) for k, v in self.parts.items()}, "note": self.note}
+        # a CPU placement (capacity 0: none to check) sizes a tiny model in MiB: its GiB need more digits
+        digits = 2 if self.capacity else 4
+        return {"estimate_gib": round(self.estimate / GIB, digits), "estimate_bytes": int(self.estimate),
+                "capacity_gib": round(self.capacity / GIB, 2) if self.capacity else None,
+                "parts": {k: round(v / GIB, digits) for k, v in self.parts.items()}, "note": self.note}
 
     def largest(self) -> str:
         return max(self.parts, key=self.parts.get)
@@ -245,39 +250,106 @@ def decode_workspace(arch: Arch, w: int, rows: int) -> int:
     return rows * (layer_activation_bytes(arch, w) + 2 * 4 * arch.vocab)
 
 
-def _zero(path: Any) -> int:
+def sampling_workspace(arch: Arch, rows: int) -> int:
+    """The sampler's float64 tensors (``engine.sampling.draw``): the softmax and its cumulative sum, [rows, V]
+    8 bytes each."""
+    return rows * arch.vocab * 8 * 2
+
+
+def gather_workspace(arch: Arch, w: int, rows: int, max_len: int) -> int:
+    """The paged cache's per-layer window (``engine.paged``): one layer's keys and values of every row in flight
+    gathered from their blocks, [rows, 2 kv_heads, S_max, head_dim] (4 KiB a token for Qwen3-4B in bf16)."""
+    return rows * max_len * 2 * arch.kv * w
+
+
+def prefill_workspace(arch: Arch, w: int, prompts: int, prompt_len: int) -> int:
+    """One prefill call (``engine.core._admit``: the distinct prompts in groups of at most ``PREFILL_TOKENS``
+    padded tokens, one prompt at least): per token one layer's activations (no autograd: a layer's are freed before
+    the next) and the logits over every position ([B, T, V], the runner picks the last ones after), plus the
+    group's [B, 1, T, T] additive mask."""
+    tokens = min(prompts * prompt_len, max(PREFILL_TOKENS, prompt_len))
+    return tokens * (layer_activation_bytes(arch, w) + arch.vocab * w + prompt_len * w)
+
+
+def engine_workspace(arch: Arch, w: int, rows: int, max_len: int, prompts: int, prompt_len: int) -> int:
+    """Everything an engine call allocates beside its KV cache: the larger of a decode step (its layer, logits,
+    float64 sampling tensors and the paged gather of one layer) and a prompt prefill."""
+    decode = decode_workspace(arch, w, rows) + sampling_workspace(arch, rows) + gather_workspace(arch, w, rows,
+                                                                                               max_len)
+    return max(decode, prefill_workspace(arch, w, prompts, prompt_len))
+
+
+def _zero_section(path: Any) -> dict:
     if not path:
-        return 0
+        return {}
     from parathink.config_paths import resolve_config_path
 
     try:
         ds = json.loads(Path(resolve_config_path(str(path))).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return 0  # the stage's own validation names an unreadable file
-    return int((ds.get("zero_optimization") or {}).get("stage", 0))
+        return {}  # the stage's own validation names an unreadable file
+    return dict(ds.get("zero_optimization") or {})
+
+
+def _zero(path: Any) -> int:
+    return int(_zero_section(path).get("stage", 0))
+
+
+DS_REDUCE_BUCKET = 500_000_000  # DeepSpeed's defaults (elements) when the json names none
+DS_ALLGATHER_BUCKET = 500_000_000
+
+
+def zero_buckets(arch: Arch, path: Any, w: int) -> int:
+    """ZeRO-2's communication buffers per GPU, from the DeepSpeed json: the gradient reduce bucket
+    (``reduce_bucket_size`` elements of the gradients' ``w`` bytes, two with ``overlap_comm``: DeepSpeed's
+    ``ipg_buffer``; "auto" is what the Trainer's integration fills in, hidden x hidden) and the all-gather of the
+    updated parameters (``allgather_bucket_size`` elements of ``w`` bytes, never more than the model); 0 without
+    ZeRO."""
+    zero = _zero_section(path)
+    if int(zero.get("stage", 0)) < 1:
+        return 0
+
+    def elements(key: str, default: int) -> int:
+        value = zero.get(key, default)
+        return arch.hidden * arch.hidden if value == "auto" else int(float(value))
+
+    buffers = 2 if zero.get("overlap_comm") else 1
+    return (buffers * elements("reduce_bucket_size", DS_REDUCE_BUCKET) * w
+            + min(elements("allgather_bucket_size", DS_ALLGATHER_BUCKET), arch.params) * w)
 
 
 def _kv(arch: Arch, w: int) -> int:
     return kv_bytes_per_token(arch.layers, arch.kv_heads, arch.head_dim, w)
 
 
-def _with_cache(stage: str, parts: dict[str, int], capacity: int, cache_gib: float, utilization: float,
-                one_row: int, update: Update | None = None) -> Budget:
-    """Fill ``kv_cache``: the configured GiB, or what ``utilization`` of the GPU leaves; refuse one that cannot
-    hold one whole rollout."""
+def _with_cache(stage: str, parts: dict[str, int], capacity: int | None, cache_gib: float, utilization: float,
+                one_row: int, worst_case: int, update: Update | None = None) -> Budget:
+    """Fill ``kv_cache``: the configured GiB; on a GPU what ``utilization`` of it leaves after every other counted
+    part (the pool is the remainder, never more than the call's worst case); on a CPU (``capacity`` None) the
+    contiguous cache the unbudgeted engine allocates, ``worst_case``. Refuse one that cannot hold one rollout."""
     if cache_gib > 0:
         parts["kv_cache"] = int(cache_gib * GIB)
         note = f"kv_cache: {stage}.kv_cache_gib"
+    elif capacity is None:
+        parts["kv_cache"] = worst_case
+        note = "kv_cache: the engine call's worst case (a CPU: no budget)"
     else:
-        # what the rollout phase may take: utilization x capacity less the states and the workspace
+        # what the rollout may take: utilization x capacity less the states and every workspace counted (the
+        # engine's decode step, float64 sampling, paged gather and prefill; ZeRO's buckets); the update's parts
+        # come after the rollout has freed the cache
         fixed = parts["weights"] + parts["grads"] + parts["optimizer"] + parts["workspace"]
-        parts["kv_cache"] = max(0, int(utilization * capacity) - fixed)
+        parts["kv_cache"] = min(worst_case, max(0, int(utilization * capacity) - fixed))
         note = f"kv_cache: what {stage}.gpu_memory_utilization={utilization} of the GPU leaves"
     if parts["kv_cache"] < one_row:
         raise ConfigError(f"{stage}: the KV cache gets {parts['kv_cache'] / GIB:.2f} GiB per GPU, less than one "
                           f"rollout needs ({one_row / GIB:.2f} GiB); the largest part is {_largest(parts)} "
                           f"({parts[_largest(parts)] / GIB:.1f} GiB)")
-    return Budget(parts=parts, estimate=total(parts, update), capacity=capacity, note=note, update=update)
+    return Budget(parts=parts, estimate=total(parts, update), capacity=capacity or 0, note=note, update=update)
+
+
+def _workspace(capacity: int | None) -> int:
+    """The CUDA context, cuBLAS/NCCL workspaces and fragmentation on a GPU; nothing of it on a CPU."""
+    return 0 if capacity is None else WORKSPACE
 
 
 def _eval_row_tokens(s) -> int:
@@ -296,8 +368,9 @@ def _get(section, key: str, default: Any = None) -> Any:
     return getattr(section, key, default)
 
 
-def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int) -> Budget:
-    """An RL stage's memory on one GPU (``s``: its section or RLConfig); ``kv_cache`` is the engine's budget."""
+def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int | None) -> Budget:
+    """An RL stage's memory on one GPU (``s``: its section or RLConfig; ``capacity`` None: a CPU); ``kv_cache``
+    is the engine's budget."""
     zero = _zero(_get(s, "deepspeed"))
     parts = states(arch.params, w, gpus, zero, trains=True, whole_copy=zero == 3)
     length = int(_get(s, "token_budget"))
@@ -309,15 +382,21 @@ def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int) -> Bu
     parts["activations"] = training_activations(arch, w, rows, length, checkpointing, mask="additive")
     chunk = min(int(_get(s, "logprob_chunk_tokens", 1024)), rows * length)
     parts["logits"] = logits_bytes(arch, w, chunk)
-    parts["workspace"] = WORKSPACE + decode_workspace(arch, w, int(_get(s, "rollout_batch_size")))
+    streams = int(_get(s, "rollout_batch_size"))
+    rows_in_flight = streams * (int(_get(s, "num_paths", 1) or 1) if str(_get(s, "mode")) == "structured" else 1)
+    prompts = min(streams, -(-streams // max(1, int(_get(s, "group_size", 1) or 1))))
+    prompt_len = int(_get(s, "max_prompt_tokens", 0) or 0) or length
+    parts["workspace"] = (_workspace(capacity) + zero_buckets(arch, _get(s, "deepspeed"), w)
+                          + engine_workspace(arch, w, rows_in_flight, length, prompts, prompt_len))
     update = Update(transient=step_transient(arch.params, w, gpus, zero),
                     recomputed=recomputed_layer(arch, w, rows, length, checkpointing, "additive"),
                     head_grad=head_grad_bytes(arch, w), tied=arch.tied)
     return _with_cache(stage, parts, capacity, float(_get(s, "kv_cache_gib", 0.0) or 0.0),
-                       float(_get(s, "gpu_memory_utilization", 0.9)), length * _kv(arch, w), update)
+                       float(_get(s, "gpu_memory_utilization", 0.9)), length * _kv(arch, w),
+                       rows_in_flight * (length + 1) * _kv(arch, w), update)
 
 
-def sft_budget(arch: Arch, w: int, s, gpus: int, capacity: int) -> Budget:
+def sft_budget(arch: Arch, w: int, s, gpus: int, capacity: int | None) -> Budget:
     """The SFT stage's memory on one GPU (``s``: its section): fp32 parameters, the forward in ``sft.precision``."""
     zero = _zero(_get(s, "deepspeed"))
     # fp32 parameters under autocast; DeepSpeed's bf16 mode holds them in bf16 with fp32 masters
@@ -334,43 +413,137 @@ def sft_budget(arch: Arch, w: int, s, gpus: int, capacity: int) -> Budget:
     parts["activations"] = training_activations(arch, wa, rows, length, checkpointing, mask=mask)
     parts["logits"] = logits_bytes(arch, wa, min(int(_get(s, "logit_chunk_tokens", 1024)), rows * length))
     parts["kv_cache"] = 0
-    parts["workspace"] = WORKSPACE
+    parts["workspace"] = _workspace(capacity) + zero_buckets(arch, _get(s, "deepspeed"), wp)
     update = Update(transient=step_transient(arch.params, wp, gpus, zero, fused=not zero),
                     recomputed=recomputed_layer(arch, wa, rows, length, checkpointing, mask),
                     head_grad=head_grad_bytes(arch, wp), tied=arch.tied)
-    return Budget(parts=parts, estimate=total(parts, update), capacity=capacity, update=update)
+    return Budget(parts=parts, estimate=total(parts, update), capacity=capacity or 0, update=update)
 
 
-def eval_budget(arch: Arch, w: int, s, capacity: int) -> Budget:
-    """The eval stage's memory on one GPU (``s``: its section or EvalConfig): weights, the decode step, the cache."""
+def _sampler_budget(stage: str, arch: Arch, w: int, capacity: int | None, batch: int, k: int, max_new: int,
+                    mode: str, num_paths: int, cache_gib: float, utilization: float, prompt_len: int) -> Budget:
+    """A model sampled by the engine (eval, a gate's probe): weights, the engine's workspaces, its KV cache."""
     parts = states(arch.params, w, 1, 0, trains=False)
-    parts.update(activations=0, logits=0, workspace=WORKSPACE + decode_workspace(arch, w, int(_get(s, "batch_size"))))
-    return _with_cache("eval", parts, capacity, float(_get(s, "kv_cache_gib", 0.0) or 0.0),
-                       float(_get(s, "gpu_memory_utilization", 0.9)), _eval_row_tokens(s) * _kv(arch, w))
+    rows = batch * (num_paths if mode == "structured" else 1)
+    max_len = prompt_len + max_new + 1
+    if arch.max_positions:  # the engine refuses a prompt that would run past the model's positions
+        max_len = min(max_len, arch.max_positions + 1)
+        prompt_len = min(prompt_len, arch.max_positions)
+    prompts = min(batch, -(-batch // max(1, k)))
+    parts.update(activations=0, logits=0,
+                 workspace=_workspace(capacity) + engine_workspace(arch, w, rows, max_len, prompts, prompt_len))
+    return _with_cache(stage, parts, capacity, cache_gib, utilization, max_len * _kv(arch, w),
+                       rows * max_len * _kv(arch, w))
 
 
-def stage_budget(cfg, stage: str, gpus: int, capacity: int) -> Budget | None:
-    """The memory of ``stage`` on one of its ``gpus`` GPUs of ``capacity`` bytes, from the composed root config;
-    None for a stage that holds no model on the GPU (filter, promote) or a model config without ``arch``."""
-    model = cfg.model
-    node = model.get("config")  # Qwen3Config fields; the tiny model's have no vocab_size (its tokenizer sets it)
-    if node is None or "vocab_size" not in node:
+EVAL_PROMPT_TOKENS = 2048  # the longest prompt eval and the probes budget for (the sets' problems are shorter)
+
+
+def eval_budget(arch: Arch, w: int, s, capacity: int | None) -> Budget:
+    """The eval stage's memory on one GPU (``s``: its section or EvalConfig): weights, the engine, the cache."""
+    sampling = _get(s, "sampling")
+    return _sampler_budget("eval", arch, w, capacity, int(_get(s, "batch_size")), int(_get(s, "k", 1) or 1),
+                           int(_get(sampling, "max_new_tokens")), str(_get(s, "mode", "causal")),
+                           int(_get(s, "num_paths", 1) or 1), float(_get(s, "kv_cache_gib", 0.0) or 0.0),
+                           float(_get(s, "gpu_memory_utilization", 0.9)), EVAL_PROMPT_TOKENS)
+
+
+def probe_budget(arch: Arch, w: int, probe, capacity: int | None, utilization: float = 0.9) -> Budget:
+    """A model gate's probe (``quality.probe``; ``probe``: its ProbeSpec or section): ``k`` samples of each
+    problem, ``batch_size`` in flight, ``max_new_tokens`` each, its engine's KV budget the ``kv_cache`` part."""
+    return _sampler_budget("probe", arch, w, capacity, int(_get(probe, "batch_size")), int(_get(probe, "k")),
+                           int(_get(probe, "max_new_tokens")), str(_get(probe, "mode")),
+                           int(_get(probe, "num_paths", 1) or 1), 0.0, utilization, EVAL_PROMPT_TOKENS)
+
+
+def probe_kv_bytes(probe, model_config: Mapping[str, Any], dtype: str, capacity: int | None) -> int | None:
+    """The KV budget a gate's probe engine gets: on a GPU of ``capacity`` bytes the ``kv_cache`` part of
+    ``probe_budget`` (what ``plan`` counted for the gate); None on a CPU (the call's worst case, as counted)."""
+    if capacity is None:
         return None
-    arch = Arch.from_cfg(node, "model.config")
-    w = dtype_bytes(str(model.get("dtype", "float32")))
-    params = arch.params
+    arch = Arch.from_cfg(model_config, "probe model config")
+    return probe_budget(arch, dtype_bytes(dtype), probe, capacity).parts["kv_cache"]
+
+
+def teacher_budget(s, capacity: int | None, arch: Arch | None = None, w: int = 4) -> Budget:
+    """The teacher stage's memory on one GPU: a vLLM engine in a process of its own takes
+    ``gpu_memory_utilization`` of the GPU (``teacher.vllm.engine_kwargs``; vLLM's default 0.9) for its weights and
+    KV cache, counted under ``kv_cache``; the parent holds no model (its CUDA context: ``workspace``). Another
+    backend (an API, a server elsewhere) holds nothing here; on a CPU the engine's memory is not this process's."""
+    if str(_get(s, "backend")) == "self" and arch is not None:
+        # the model's own samples (teacher.selfdistill): this process's engine, num_paths samples a problem
+        own = _get(s, "self") or {}
+        return _sampler_budget("teacher", arch, w, capacity, int(_get(own, "batch_size", 192)),
+                               int(_get(own, "num_paths", 3)), int(_get(own, "max_new_tokens", 96)), "causal", 1,
+                               0.0, 0.9, EVAL_PROMPT_TOKENS)
+    share = 0
+    if str(_get(s, "backend")) == "vllm" and capacity is not None:
+        kwargs = _get(_get(s, "vllm") or {}, "engine_kwargs") or {}
+        share = int(float(_get(kwargs, "gpu_memory_utilization", 0.9) or 0.9) * capacity)
+    parts = {"weights": 0, "grads": 0, "optimizer": 0, "activations": 0, "logits": 0, "kv_cache": share,
+             "workspace": _workspace(capacity)}
+    note = "kv_cache: the vLLM engine's gpu_memory_utilization (its weights and cache)" if share else "no model here"
+    return Budget(parts=parts, estimate=sum(parts.values()), capacity=capacity or 0, note=note)
+
+
+def model_arch(model: Mapping[str, Any]) -> Arch | None:
+    """The shape of ``model`` (the composed config's model section): ``model.config``'s Qwen3 fields; a field it
+    lacks (the tiny model's ``vocab_size``, set by its tokenizer) is read from the checkpoint's config.json
+    (``builtin:NAME``: the shipped asset; a local folder). None when neither has the shape."""
+    node = dict(model.get("config") or {})
+    if not node:
+        return None
+    if "vocab_size" not in node:
+        source, folder = str(model.get("source") or ""), None
+        if source.startswith("builtin:"):
+            folder = Path(__file__).parent / "assets" / source.removeprefix("builtin:")
+        elif source and "://" not in source:
+            folder = Path(source)
+        try:
+            saved = json.loads((folder / "config.json").read_text(encoding="utf-8")) if folder else {}
+        except (OSError, json.JSONDecodeError):
+            saved = {}
+        if "vocab_size" not in saved:
+            return None
+        node["vocab_size"] = saved["vocab_size"]
+    return Arch.from_cfg(node, "model.config")
+
+
+GATED_PROBES = ("base", "sft")  # the model gates that sample the published model (quality.model_gates)
+
+
+def stage_budget(cfg, stage: str, gpus: int, capacity: int | None) -> Budget | None:
+    """The memory of ``stage`` on one of its ``gpus`` devices, from the composed root config: a GPU of
+    ``capacity`` bytes, or a CPU (``capacity`` None: no CUDA workspace, unbudgeted engines take their worst case).
+    A stage whose gate probes its model (base, sft) needs the larger of the stage and the probe (one after the
+    other). None for a stage that holds no model (filter, promote) or a model config without its shape."""
     s = cfg.get(stage) or {}
+    model = cfg.model
+    arch = model_arch(model)
+    w = dtype_bytes(str(model.get("dtype", "float32")))
+    if stage == "teacher":
+        return teacher_budget(s, capacity, arch, w)
+    if arch is None:
+        return None
     if stage in TRAIN_RL:
-        return rl_budget(arch, w, s, stage, gpus, capacity)
-    if stage == "sft":
-        return sft_budget(arch, w, s, gpus, capacity)
-    if stage == "eval":
-        return eval_budget(arch, w, s, capacity)
-    if stage == "base":  # the teacher's model is its backend's (a vLLM server, an API), not model.*: not counted
-        parts = states(params, w, gpus, 0, trains=False)
-        parts.update(activations=0, logits=0, kv_cache=0, workspace=WORKSPACE)
-        return Budget(parts=parts, estimate=total(parts), capacity=capacity, note="weights only (no engine here)")
-    return None
+        budget = rl_budget(arch, w, s, stage, gpus, capacity)
+    elif stage == "sft":
+        budget = sft_budget(arch, w, s, gpus, capacity)
+    elif stage == "eval":
+        budget = eval_budget(arch, w, s, capacity)
+    elif stage == "base":
+        parts = states(arch.params, w, gpus, 0, trains=False)
+        parts.update(activations=0, logits=0, kv_cache=0, workspace=_workspace(capacity))
+        budget = Budget(parts=parts, estimate=total(parts), capacity=capacity or 0, note="weights")
+    else:
+        return None
+    gate = s.get("gate") if hasattr(s, "get") else None
+    if stage in GATED_PROBES and gate is not None and gate.get("enabled", True) and gate.get("probe") is not None:
+        probe = probe_budget(arch, w, gate.get("probe"), capacity)
+        if probe.estimate > budget.estimate:
+            note = f"the gate's probe (the stage before it: {budget.estimate / GIB:.2f} GiB); {probe.note}"
+            budget = Budget(parts=probe.parts, estimate=probe.estimate, capacity=probe.capacity, note=note)
+    return budget
 
 
 def engine_kv_bytes(section, stage: str, model_config: Mapping[str, Any], dtype: str, capacity: int | None,

@@ -173,3 +173,19 @@ def test_draw_follows_the_distribution():
     freq = torch.bincount(drawn, minlength=5).double() / n
     assert freq[2] == 0
     assert (freq - torch.tensor(p, dtype=torch.float64)).abs().max() < 0.015, (freq.tolist(), p)
+
+
+@pytest.mark.parametrize("mode, kv_cache_bytes", [("structured", None), ("causal", 65_536)])
+def test_prefill_in_groups_samples_what_one_prefill_does(toy, monkeypatch, mode, kv_cache_bytes):
+    """An admission larger than PREFILL_TOKENS is prefilled in groups (memory_model.prefill_workspace counts one):
+    the same tokens and log-probs as one prefill of all the prompts, contiguous or paged cache."""
+    from parathink.engine import core
+
+    model, tok = toy
+    prompts = _prompts(tok, "parallel_r1", 5)
+    engine = Engine(model, tok, "parallel_r1", mode, kv_cache_bytes=kv_cache_bytes)
+    whole = engine.generate(prompts, SamplingConfig(max_new_tokens=40, seed=3), 2)
+    monkeypatch.setattr(core, "PREFILL_TOKENS", 1)  # one prompt per group
+    grouped = engine.generate(prompts, SamplingConfig(max_new_tokens=40, seed=3), 2)
+    assert [s.response_ids for s in grouped] == [s.response_ids for s in whole]
+    assert max(abs(a - b) for x, y in zip(grouped, whole) for a, b in zip(x.logprobs, y.logprobs)) <= 1e-5

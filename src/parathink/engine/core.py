@@ -35,7 +35,7 @@ import torch
 from parathink.engine.cache import RowCache
 from parathink.engine.decode import EagerDecode, StaticDecode
 from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
-from parathink.engine.kv_budget import BLOCK_TOKENS, kv_bytes_per_token, worst_case_kv_bytes
+from parathink.engine.kv_budget import BLOCK_TOKENS, PREFILL_TOKENS, kv_bytes_per_token, worst_case_kv_bytes
 from parathink.engine.paged import PagedCache
 from parathink.engine.runner import cache_shape, make_runner
 from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats, stream_key, uniform_bits
@@ -347,15 +347,23 @@ class _Run(BudgetScheduler):
                 first[s.prompt_index] = len(unique)
                 unique.append(s)
         self.cache.check_rows(start + len(seqs))
-        t = max(len(s.prompt) for s in unique)
-        self.cache.check_len(t)
-        tokens = upload([s.prompt + [self.e.pad] * (t - len(s.prompt)) for s in unique], torch.long, self.device)
-        lens = [len(s.prompt) for s in unique]
-        positions = torch.arange(t, device=self.device).expand(len(unique), t)
-        last = upload([n - 1 for n in lens], torch.long, self.device)
-        self.cache.begin_prefill(start, lens, t)
-        logits = self.e.runner.prefill(tokens, positions, start, self.cache, torch.zeros_like(positions), last)
-        self.cache.prefilled(start, lens, t)
+        self.cache.check_len(max(len(s.prompt) for s in unique))
+        # In groups of at most PREFILL_TOKENS padded tokens (one prompt at least): a prefill's activations, mask and
+        # logits grow with B x T, and all of a rollout's prompts at once (512 rows of 2,000) would not fit beside
+        # the KV cache (memory_model.prefill_workspace counts one group).
+        parts, group = [], max(1, PREFILL_TOKENS // max(len(s.prompt) for s in unique))
+        for g0 in range(0, len(unique), group):
+            chunk = unique[g0:g0 + group]
+            t = max(len(s.prompt) for s in chunk)
+            tokens = upload([s.prompt + [self.e.pad] * (t - len(s.prompt)) for s in chunk], torch.long, self.device)
+            lens = [len(s.prompt) for s in chunk]
+            positions = torch.arange(t, device=self.device).expand(len(chunk), t)
+            last = upload([n - 1 for n in lens], torch.long, self.device)
+            self.cache.begin_prefill(start + g0, lens, t)
+            parts.append(self.e.runner.prefill(tokens, positions, start + g0, self.cache, torch.zeros_like(positions),
+                                               last))
+            self.cache.prefilled(start + g0, lens, t)
+        logits = parts[0] if len(parts) == 1 else torch.cat(parts)
         # Rows [start, start + len(unique)) hold the distinct prompts; the other samples copy them.
         copies = [s for s in seqs if all(s is not u for u in unique)]
         if copies:

@@ -15,6 +15,10 @@ from typing import Any
 # average); large ones make the per-step block table and the gather cheaper. vLLM's default is 16 too.
 BLOCK_TOKENS = 16
 
+# Padded prompt tokens one prefill call takes at most (the engine prefills a larger admission in groups): its
+# activations, mask and logits then stay a bounded workspace (memory_model.prefill_workspace) beside the KV cache.
+PREFILL_TOKENS = 8192
+
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                 "half": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1}
 

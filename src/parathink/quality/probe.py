@@ -77,17 +77,24 @@ def sample(model_dir: Path | str, spec: ProbeSpec, grammar: str, seed: int) -> d
     from parathink.data.sources import load_problems
     from parathink.evaluation.evaluate import evaluate_set
     from parathink.evaluation.generators import engine_generator
+    from parathink.memory_model import probe_kv_bytes
     from parathink.modeling import load_model
 
     records = load_problems(spec.problems, seed=seed)
     torch.manual_seed(seed)
     model, tok = load_model(model_dir, device=distributed.device())
+    # On a GPU the engine's KV cache is the probe's kv_cache part of the plan (memory_model.probe_budget): without
+    # a budget it would allocate every row at its longest (64 x 4 rows of 5,000 tokens of Qwen3-4B: ~117 GB)
+    kv_bytes = probe_kv_bytes(spec, model.config.to_dict(), str(model.dtype), distributed.device_memory())
     generate, _ = engine_generator(model, tok, grammar=grammar, mode=spec.mode, num_paths=spec.num_paths,
                                    temperature=spec.temperature, top_p=spec.top_p,
-                                   max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size, seed=seed)
+                                   max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size, seed=seed,
+                                   kv_cache_bytes=kv_bytes)
     _, summary = evaluate_set(records, generate, spec.k, grammar=grammar, tokenizer=tok,
                               batch_problems=len(records))
-    del model
+    del model, generate
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the next stage may start a process of its own (the vLLM teacher after base's gate)
     return {key: float(summary[key]) for key in FIGURES}
 
 

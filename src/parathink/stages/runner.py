@@ -45,7 +45,7 @@ from parathink.jsonl import load_record
 from parathink.logs import log, metrics_tail
 from parathink.quality import GateFailed
 from parathink.redact import redact_text
-from parathink.stages import BUILTIN, gating
+from parathink.stages import BUILTIN, gating, timings
 from parathink.stages.context import StageContext
 from parathink.stages.contract import StageSpec, spec_of
 from parathink.stages.manifest import GATES, Manifest, config_hash, stage_config
@@ -360,17 +360,25 @@ def _run_and_publish(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDi
     ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
                        resolve_input=resolve)
     per_stage = memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
-    with provenance.recording() as external:
-        metrics = _call(stage, cfg, ctx)
-    # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
-    metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
-    manifest.inputs, manifest.external = dict(inputs), dict(external)
-    manifest.finish(tmp, metrics)
-    # The gate judges the finished output before it is published, so the verdict is published with it; an output
-    # whose gate fails (or cannot be evaluated) is still published, for inspection, and never consumed.
-    manifest.gates, gate_error = gating.evaluate(cfg, name, stage, tmp, tmp / GATES, manifest, rundir)
+    with memory.DevicePeak() as device_peak:  # the stage and its gate's probe: plan's device_memory covers both
+        with provenance.recording() as external:
+            metrics = _call(stage, cfg, ctx)
+        # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
+        metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
+        manifest.inputs, manifest.external = dict(inputs), dict(external)
+        manifest.finish(tmp, metrics)
+        # The gate judges the finished output before it is published, so the verdict is published with it; an
+        # output whose gate fails (or cannot be evaluated) is still published, for inspection, and never consumed.
+        manifest.gates, gate_error = gating.evaluate(cfg, name, stage, tmp, tmp / GATES, manifest, rundir)
+    timings.write(tmp, device_memory=device_peak.record(_device_estimate(cfg, name)))
     lock.check()  # a lease lost while the stage ran (taken over, broken): another process owns the output now
     return rundir.publish(name, tmp, manifest), gate_error
+
+
+def _device_estimate(cfg: DictConfig, name: str) -> int | None:
+    """The bytes ``parathink plan`` estimated for this stage on this placement (None: it holds no model)."""
+    memory_plan = cluster.plan(cfg, [name])[name].device_memory
+    return None if memory_plan is None else memory_plan.get("estimate_bytes")
 
 
 def _call(stage: StageSpec, cfg: DictConfig, ctx: StageContext) -> dict:
