@@ -21,7 +21,12 @@ the sum of boxes 0..i), so a section that finishes early leaves its time to the 
 budget; a watchdog thread writes the record and exits if a unit overruns the budget by ``GRACE_S``.
 
 ``--plan stages`` runs ``parathink stage`` on CUDA instead (sft bf16, rl_easy and grpo_baseline bf16, eval, sft and
-grpo_baseline under ZeRO-2, grpo_baseline under ZeRO-3), from a run directory that ``gpu_prepare.sh`` makes.
+grpo_baseline under ZeRO-2, grpo_baseline under ZeRO-3, and sft -> rl_easy under ZeRO-2 in one ``parathink run``),
+from a run directory that ``gpu_prepare.sh`` makes.
+
+``qwen3_4b.probe`` and ``qwen3_4b.paged`` (issue 47): a gate's probe-sized engine call (256 rows) under the KV budget
+the memory model gives it, and paged decode at 128 rows x 2,000 tokens under half the KV it would need: each
+peak against the memory model's estimate of the call.
 
 Usage on the GPU machine (dependencies carried as wheels, docs/gpu.md "The GPU check"):
     python benchmarks/gpu_check.py --out $OUT        # 420 s of boxes, ends by ~480 s; the call's timeout_s: 510
@@ -65,12 +70,14 @@ BOXES: tuple[tuple[str, float], ...] = (
     ("environment", 5),
     ("qwen3_4b.build", 20),
     ("qwen3_4b.ceilings", 10),
-    ("qwen3_4b.decode_check", 35),
-    ("qwen3_4b.decode", 110),
-    ("qwen3_4b.sft", 35),
-    ("qwen3_4b.fork", 40),
-    ("qwen3_4b.rl", 130),
-    ("consistency", 35),
+    ("qwen3_4b.decode_check", 30),
+    ("qwen3_4b.decode", 70),  # batches 1/16/64/256 and transformers' generate: shortened for the two below
+    ("qwen3_4b.sft", 30),
+    ("qwen3_4b.fork", 25),
+    ("qwen3_4b.probe", 25),  # issue 47: the gates' probe under its KV budget (it ran out of memory unbudgeted)
+    ("qwen3_4b.paged", 80),  # issue 47: paged decode at 128 x 2,000 tokens under a tight budget
+    ("qwen3_4b.rl", 100),  # frees the 4B model (its step is measured alone): the sections that need it come first
+    ("consistency", 25),
 )
 STAGES_BOXES: tuple[tuple[str, float], ...] = (("environment", 5), ("stages", 415))
 PLANS = {"check": BOXES, "stages": STAGES_BOXES}
@@ -78,7 +85,8 @@ for _name, _boxes in PLANS.items():
     assert sum(s for _, s in _boxes) == BUDGET_S, f"the {_name} plan's boxes must sum to its budget"
 # What a section uses that an earlier one makes (``--only`` adds it).
 NEEDS = {"qwen3_4b.decode": ("qwen3_4b.build", "qwen3_4b.ceilings"), "qwen3_4b.decode_check": ("qwen3_4b.build",),
-         "qwen3_4b.sft": ("qwen3_4b.build",), "qwen3_4b.fork": ("qwen3_4b.build",)}
+         "qwen3_4b.sft": ("qwen3_4b.build",), "qwen3_4b.fork": ("qwen3_4b.build",),
+         "qwen3_4b.probe": ("qwen3_4b.build",), "qwen3_4b.paged": ("qwen3_4b.build",)}
 GRACE_S = 30  # past the budget, the watchdog writes the record and ends the call (imports come before the clock)
 MIN_START_S = 1.0  # a section with less of its box left is skipped, and recorded so
 
@@ -253,6 +261,23 @@ def _stage(run_dir: Path, name: str, overrides: list[str], env: dict | None, tim
     return {"wall_s": round(seconds, 1), "overrides": overrides, "metrics": manifest.get("metrics", {})}
 
 
+def _chain(run_dir: Path, names: list[str], overrides: list[str], env: dict | None, timeout: float) -> dict:
+    """``parathink run stages=[...]``: the stages one after another in one process, as a user's run chains them
+    (issue 47: a second DeepSpeed stage in the same process failed with 'You cannot pass in a deepspeed_plugin
+    when creating a second Accelerator')."""
+    cmd = [sys.executable, "-m", "parathink.cli", "run", f"stages=[{','.join(names)}]", f"run_dir={run_dir}",
+           "tracking=none", *overrides]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    seconds = time.perf_counter() - t
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
+        raise RuntimeError(f"`parathink run stages=[{','.join(names)}]` exited {proc.returncode}:\n{tail}")
+    return {"wall_s": round(seconds, 1), "overrides": overrides,
+            "device_memory": {n: json.loads((run_dir / n / "_timings.json").read_text()).get("device_memory")
+                              for n in names}}
+
+
 def _ds(zero: str, port: int) -> tuple[str, dict]:
     """A DeepSpeed JSON override and the launcher's environment for one process, set by hand."""
     env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
@@ -267,10 +292,11 @@ def stages(part: dict, deadline: Deadline, src: Path) -> None:
                                 "benchmarks/gpu_prepare.sh (after make demo)")
     work = Path("/tmp/parathink-gpu")
     shutil.rmtree(work, ignore_errors=True)
-    runs = {k: work / k for k in ("bf16", "deepspeed", "zero3")}
+    runs = {k: work / k for k in ("bf16", "deepspeed", "zero3", "chain")}
     for d in runs.values():
         shutil.copytree(src, d)
     (z2, env2), (z2b, env2b), (z3, env3) = _ds("zero2", 29511), _ds("zero2", 29512), _ds("zero3", 29513)
+    zc, envc = _ds("zero2", 29514)
     rl = ["grpo_baseline.steps=3", "grpo_baseline.probe_prompts=16", "grpo_baseline.mixed_precision=bf16"]
     plan = [
         ("bf16", "sft", ["sft.precision=bf16", "sft.max_steps=40"], None),
@@ -284,15 +310,23 @@ def stages(part: dict, deadline: Deadline, src: Path) -> None:
         # ZeRO-3: the model built partitioned, the engine's whole copy synced after each step.
         ("zero3", "grpo_baseline", [*rl, "grpo_baseline.old_logprobs=recompute", f"grpo_baseline.deepspeed={z3}"],
          env3),
+        # sft -> rl_easy under ZeRO-2 in one process (issue 47), each stage's peak against its plan estimate
+        ("chain", ["sft", "rl_easy"], ["sft.precision=bf16", "sft.max_steps=5", f"sft.deepspeed={zc}",
+                                       "sft.gate.enabled=false", "rl_easy.mixed_precision=bf16", "rl_easy.steps=2",
+                                       "rl_easy.probe_prompts=16", "rl_easy.gate.enabled=false",
+                                       f"rl_easy.deepspeed={zc}"], envc),
     ]
     for run, name, overrides, env in plan:
-        key = f"{run}/{name}"
+        key = f"{run}/{name if isinstance(name, str) else '+'.join(name)}"
         # The stage's own timeout ends with the box: subprocess.run kills the stage it started.
         seconds = min(300.0, deadline.left())
         try:
             if seconds < 10:
                 raise OutOfTime("skipped: the section's box is spent")
-            part[key] = _stage(runs[run], name, overrides, env, timeout=seconds)
+            if isinstance(name, list):
+                part[key] = _chain(runs[run], name, overrides, env, timeout=seconds)
+            else:
+                part[key] = _stage(runs[run], name, overrides, env, timeout=seconds)
         except Exception as e:
             part[key] = {"error": f"{type(e).__name__}: {e}"[-3000:]}
         print(f"[gpu_check] stage {key}: {'FAILED' if 'error' in part[key] else part[key]['wall_s']}", flush=True)
@@ -310,7 +344,7 @@ def sections(args, bench: q4b.Bench) -> dict:
     fns = {"environment": environment,
            "consistency": lambda p, d: consistency(p, d, 3 if dry else 16, 1 if dry else 2, 40 if dry else 96),
            "stages": lambda p, d: stages(p, d, args.run_dir)}
-    for name in ("build", "ceilings", "decode_check", "decode", "sft", "fork", "rl"):
+    for name in ("build", "ceilings", "decode_check", "decode", "sft", "fork", "rl", "probe", "paged"):
         fns[f"qwen3_4b.{name}"] = _with_bench(getattr(q4b, name), bench)
     return {name: _tracked(name, fn) for name, fn in fns.items()}
 

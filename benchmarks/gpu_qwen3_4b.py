@@ -93,6 +93,11 @@ class Scale:
     rl_micro: int  # rollouts per forward/backward
     copy_mib: int  # the bandwidth copy
     matmul: int  # the matrix-rate product's size
+    probe_rows: int = 256  # a gate's probe: 64 problems x 4 samples in flight (hydra_conf/stage/sft.yaml at GPU size)
+    probe_budget_tokens: int = 3000  # the probe's max_new_tokens its KV budget is sized for
+    probe_new_tokens: int = 256  # what the call samples (the pool is allocated whole at its start; tokens only time)
+    paged_rows: int = 128  # paged decode under a tight budget: rows x tokens (issue 47: 128 x 2,000)
+    paged_tokens: int = 2000
 
 
 GPU = Scale(arch=QWEN3_4B, vocab=151_936, batches=(1, 16, 64, 256), headline_batch=64, prompt_len=32,
@@ -101,7 +106,8 @@ GPU = Scale(arch=QWEN3_4B, vocab=151_936, batches=(1, 16, 64, 256), headline_bat
             matmul=8192)
 DRY = Scale(arch=TOY, vocab=1000, batches=(1, 2, 4), headline_batch=4, prompt_len=8, new_tokens=8, rounds=1,
             check_tokens=24, fork_ks=(2, 4), path_len=4, sft_len=128, sft_steps=1, rl_prompts=2, rl_group=2,
-            rl_new_tokens=8, rl_rows=4, rl_micro=2, copy_mib=16, matmul=256)
+            rl_new_tokens=8, rl_rows=4, rl_micro=2, copy_mib=16, matmul=256, probe_rows=8, probe_budget_tokens=64,
+            probe_new_tokens=8, paged_rows=8, paged_tokens=24)
 
 
 @dataclass
@@ -490,6 +496,65 @@ def decode(part: dict, deadline, bench: Bench) -> None:
         row["engine_over_generate"] = row["engine_tok_s"] / row["generate_tok_s"]
         if "engine_limit" in row:
             row["generate_bandwidth_fraction"] = row["generate_tok_s"] / row["engine_limit"]["bandwidth_limit_tok_s"]
+
+
+# ------------------------------------------------------------------------------------------------------- probe
+
+
+def probe(part: dict, deadline, bench: Bench) -> None:
+    """A gate's probe-sized engine call under the KV budget ``quality.probe`` gives it
+    (``memory_model.probe_kv_bytes``: the probe's kv_cache part of the plan): 256 rows, the budget of 3,000 new
+    tokens, fewer tokens sampled (the budget's pool is allocated whole when the call starts). Its peak against
+    ``probe_budget``'s estimate, which counts the weights, the engine's workspaces and the pool. Before issue 47 the
+    probe had no budget: 256 rows x 5,049 tokens of contiguous cache (~190 GB for Qwen3-4B)."""
+    model, tok = bench.need_model()
+    scale, device = bench.scale, bench.device
+    spec = {"batch_size": scale.probe_rows, "k": 4, "max_new_tokens": scale.probe_budget_tokens, "mode": "causal",
+            "num_paths": 2}
+    arch = memory_model.Arch.from_cfg(model.config.to_dict())
+    budget = memory_model.probe_budget(arch, 2, spec, capacity(device))
+    kv = memory_model.probe_kv_bytes(spec, model.config.to_dict(), "bfloat16", capacity(device))
+    deadline.check("the probe call")
+    peak = PeakMemory(device)
+    engine = Engine(model, tok, "parallel_r1", "causal", kv_cache_bytes=kv)
+    prompts = _prompts(tok, scale.probe_rows // 4, scale.prompt_len)
+    sampling = SamplingConfig(max_new_tokens=scale.probe_new_tokens, batch_size=scale.probe_rows, seed=0,
+                              logit_bias={tok.eos_token_id: NEG})
+    t, samples = _timed(lambda: engine.generate(prompts, sampling, 4), device)
+    peak.end("probe")
+    part.update(rows=len(samples), kv_cache_bytes=kv, kv_cache_gib=round(kv / GIB, 3), seconds=t,
+                tokens=sum(len(s.response_ids) for s in samples), stats=dict(engine.stats),
+                unbudgeted_worst_case_gib=round(scale.probe_rows * (2048 + scale.probe_budget_tokens + 1)
+                                                * model_kv_bytes_per_token(model.config, "bfloat16") / GIB, 1),
+                memory=peak.figures(budget.estimate))
+    engine.release()
+
+
+def paged(part: dict, deadline, bench: Bench) -> None:
+    """Paged decode at 128 rows x 2,000 tokens under a tight budget (half of what every row to its end needs):
+    streams wait for blocks and are preempted and recomputed, each step gathers its rows' blocks. Its tokens/s, the
+    preemptions, and the peak against the engine's counted parts (``memory_model.engine_workspace`` beside the
+    budget and the weights)."""
+    model, tok = bench.need_model()
+    scale, device = bench.scale, bench.device
+    tbytes = model_kv_bytes_per_token(model.config, "bfloat16")
+    rows, n = scale.paged_rows, scale.paged_tokens
+    kv = paged_budget(rows, scale.prompt_len, n, tbytes) // 2
+    arch = memory_model.Arch.from_cfg(model.config.to_dict())
+    max_len = scale.prompt_len + n + 1
+    estimate = (weight_bytes(model) + kv + memory_model.engine_workspace(arch, 2, rows, max_len, rows, scale.prompt_len)
+                + (memory_model.WORKSPACE if device == "cuda" else 0))
+    deadline.check("the paged call")
+    peak = PeakMemory(device)
+    engine = Engine(model, tok, "parallel_r1", "causal", kv_cache_bytes=kv)
+    prompts = _prompts(tok, rows, scale.prompt_len, seed=7)
+    sampling = SamplingConfig(max_new_tokens=n, batch_size=rows, seed=0, logit_bias={tok.eos_token_id: NEG})
+    t, samples = _timed(lambda: engine.generate(prompts, sampling), device)
+    peak.end("paged")
+    tokens = sum(len(s.response_ids) for s in samples)
+    part.update(rows=rows, new_tokens=n, kv_cache_bytes=kv, tok_s=tokens / t, seconds=t, tokens=tokens,
+                stats=dict(engine.stats), all_to_their_end=tokens == rows * n, memory=peak.figures(estimate))
+    engine.release()
 
 
 # ------------------------------------------------------------------------------------------------------- SFT

@@ -228,6 +228,12 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert q["sft"]["tokens_per_step"] == 128 and "scaled_dot_product" in " ".join(q["sft"]["attention"]["names"])
     assert q["sft"]["memory"]["estimate_gib"] > 0 and q["sft"]["memory"]["measured_peak_gib"] > 0
     assert set(q["fork"]["fork_speedup"]) == {"2", "4"}
+    probe = q["probe"]  # issue 47: the gates' probe under the KV budget the memory model gives it
+    assert probe["rows"] == 8 and probe["tokens"] == 8 * 8 and probe["kv_cache_bytes"] > 0
+    assert probe["memory"]["estimate_gib"] > 0 and probe["memory"]["measured_peak_gib"] > 0
+    paged = q["paged"]  # paged decode under half the KV every row needs: streams wait and are preempted
+    assert paged["stats"]["paged"] and paged["all_to_their_end"] and paged["stats"]["preemptions"] > 0
+    assert paged["memory"]["estimate_gib"] > 0 and paged["tok_s"] > 0
     rl = q["rl"]
     assert rl["rollouts"] == 4 and rl["generated_tokens"] > 0 and rl["update_recompute_s"] > 0
     assert rl["layers"] == 2 and rl["memory"]["estimate_gib"] > 0 and rl["memory"]["measured_peak_gib"] > 0
