@@ -19,10 +19,14 @@ Parts, in bytes per GPU (P parameters, N = GPUs the stage runs on, ZeRO stage z,
 - **logits**: one chunk of the lm_head projection in its backward: three fp32 ``[chunk, V]`` tensors, whatever
   the compute dtype (``logits_bytes``); the update never holds [B, T, V] whole (``parathink.modeling.chunked``).
 - **kv_cache**: the engine's budget. ``kv_cache_gib`` when set; else what ``gpu_memory_utilization`` of the GPU
-  leaves after every other part (as vLLM sizes its cache). It must hold one whole rollout (``token_budget`` tokens,
-  every path counted), or the stage cannot sample at all.
-- **workspace**: the CUDA context, cuBLAS/NCCL workspaces and the allocator's fragmentation: 1.5 GiB, plus the
-  engine's decode step (one layer's activations for the rows in flight).
+  leaves after every other part (as vLLM sizes its cache), never more than the call's worst case; on a CPU placement
+  (no capacity) the unbudgeted call's worst case. It must hold one whole rollout (``token_budget`` tokens, every
+  path counted), or the stage cannot sample at all. The teacher's: vLLM's ``gpu_memory_utilization`` share.
+- **workspace**: on a GPU the CUDA context, cuBLAS/NCCL workspaces and the allocator's fragmentation (1.5 GiB);
+  the engine's (``engine_workspace``: a decode step with its float64 sampling tensors and the paged per-layer
+  gather, or one prefill group, the larger); ZeRO's reduce and all-gather buckets (``zero_buckets``).
+
+A gated stage (base, sft) is the larger of itself and its gate's probe (``probe_budget``), which samples after it.
 
 A training stage's phases do not overlap, and the estimate is the largest of them (``total``): the rollout (its KV
 cache is freed before the update's activations exist; the caching allocator reuses the blocks), the backward (at
@@ -350,11 +354,6 @@ def _with_cache(stage: str, parts: dict[str, int], capacity: int | None, cache_g
 def _workspace(capacity: int | None) -> int:
     """The CUDA context, cuBLAS/NCCL workspaces and fragmentation on a GPU; nothing of it on a CPU."""
     return 0 if capacity is None else WORKSPACE
-
-
-def _eval_row_tokens(s) -> int:
-    """Tokens of eval's longest row: its response budget (every path counted) and a prompt of up to 2,048 tokens."""
-    return int(_get(_get(s, "sampling"), "max_new_tokens")) + 2048
 
 
 def _largest(parts: Mapping[str, int]) -> str:
