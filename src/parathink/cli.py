@@ -47,10 +47,11 @@ class Parser(argparse.ArgumentParser):
 
 # Subcommands that take every word after their name as theirs (Hydra overrides, their own options in any order):
 # argparse's REMAINDER refuses a first word that looks like an option (`promote --rollback NAME` was "unrecognized
-# arguments"), so these bypass it. The value says who answers --help: "own" when the subcommand's module has a parser
-# of its own that knows its options, "here" when this parser's help is the whole story.
-OWN_ARGUMENTS = {"plan": "here", "run": "here", "demo": "here", "promote": "own", "compare": "own", "report": "own",
-                 "kfp": "own", "data": "own"}
+# arguments"), so these bypass it. The value says when this parser answers -h/--help instead: "any" (the help here is
+# the whole story: any -h among the words, but never one after plan's --form, which is the form's to refuse),
+# "first" (only as the first word: kfp's verbs have help of their own), "never" (the module's own parser has it).
+OWN_ARGUMENTS = {"plan": "any", "run": "any", "demo": "any", "kfp": "first", "promote": "never", "compare": "never",
+                 "report": "never", "data": "never"}
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -188,15 +189,21 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = build_parser()
     words = list(argv)
     command = words[0] if words else None
-    if command in OWN_ARGUMENTS and not (OWN_ARGUMENTS[command] == "here" and _asks_help(words[1:])):
+    if command in OWN_ARGUMENTS and not _asks_help(OWN_ARGUMENTS[command], words[1:]):
         args = parser.parse_args([command])
         args.overrides = words[1:]
         return args
+    if command in OWN_ARGUMENTS and OWN_ARGUMENTS[command] == "any":
+        return parser.parse_args([command, "--help"])  # wherever the -h was: REMAINDER would take it as an override
     return parser.parse_args(words)
 
 
-def _asks_help(words: list[str]) -> bool:
-    return "-h" in words or "--help" in words
+def _asks_help(when: str, words: list[str]) -> bool:
+    helps = ("-h", "--help")
+    if when == "first":
+        return bool(words) and words[0] in helps
+    own = words[:words.index("--form")] if "--form" in words else words
+    return when == "any" and any(w in helps for w in own)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

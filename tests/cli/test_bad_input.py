@@ -72,6 +72,7 @@ CASES = [
     (["nosuch"], "parathink: error: argument command: invalid choice: 'nosuch'"),
     (["score", "INPUTS/deep.jsonl", "--step", "two"], "argument --step: invalid int value: 'two'"),
     (["unlock", "INPUTS/run"], "the following arguments are required: STAGE"),
+    (["plan", "--form", "--help"], "form override '--help': not a key=value"),  # the form's, never plan's help
 ]
 
 
@@ -171,6 +172,11 @@ def test_plan_with_form_first_holds_the_form_to_its_allowlist(tmp_path, monkeypa
     assert len(err) == 1 and "form override 'seed=1'" in err[0], err
 
 
-def test_help_still_answers(capsys):
-    assert cli.main(["plan", "--help"]) == 0
-    assert "usage: parathink plan" in capsys.readouterr().out
+@pytest.mark.parametrize("argv, usage", [
+    (["plan", "--help"], "usage: parathink plan"), (["run", "seed=1", "-h"], "usage: parathink run"),
+    (["kfp", "--help"], "usage: parathink kfp"), (["kfp", "compile", "--help"], "usage: parathink kfp compile"),
+    (["promote", "--help"], "--rollback NAME"), (["compare", "--help"], "--rows"),
+])
+def test_help_still_answers(capsys, argv, usage):
+    assert cli.main(argv) == 0
+    assert usage in capsys.readouterr().out
