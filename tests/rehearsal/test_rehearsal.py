@@ -1,0 +1,98 @@
+"""The CPU rehearsal: every GPU experiment, as `parathink run experiment=E scale=cpu` under torchrun with 2 processes.
+
+`scale=cpu` (hydra_conf/scale/cpu.yaml) keeps every setting of the experiment that picks a code path (ZeRO-2, bf16
+weights with fp32 masters, gradient checkpointing, the collators and modes, rewards, gates and their probes, the data
+sources and the verl evaluation file) and shrinks only sizes, so that what would stop the GPU run on day one stops
+here first (docs/gpu.md, "The CPU rehearsal"). Each experiment runs in its own run directory; they share one stage
+cache, so a prefix two experiments have in common (base, teacher, filter, sft of the Parallel-R1 family) runs once.
+The order below puts the experiment that computes a prefix before the ones that reuse it.
+
+    make rehearsal                                  # these tests alone
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rehearsal_data import OUT, files, render
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+# parallel_r1_seen computes base, teacher and filter; unseen_s1 a structured sft that unseen_s2 and scaffold reuse;
+# grpo_baseline reuses seen's base; npr and parathinker have grammars (and parathinker a model) of their own.
+EXPERIMENTS = ("parallel_r1_seen", "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "scaffold", "grpo_baseline",
+               "npr", "parathinker")
+TIMEOUT_S = 600  # one experiment; ~1-3 minutes each on 2 cores
+# Stages that hold a model on a device: each records its estimate and its measured peak (docs/gpu.md)
+MODEL_STAGES = ("base", "teacher", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline", "eval")
+
+
+@pytest.fixture(scope="session")
+def stage_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("rehearsal_cache")
+
+
+def rehearse(experiment: str, run_dir: Path, stage_cache: Path, port: int) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           "-m", "parathink.cli", "run", f"experiment={experiment}", "scale=cpu", "tracking=none",
+           f"run_dir={run_dir}", f"stage_cache={stage_cache}"]
+    # cwd: the scale's local data files are named relative to the checkout
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "CI": "true", "DS_ACCELERATOR": "cpu"})
+
+
+def memory_overruns(run_dir: Path, stages: list[str]) -> list[str]:
+    """Stages whose measured peak exceeds their estimate, or that recorded none (``device_memory`` in
+    ``<stage>/_timings.json``)."""
+    bad = []
+    for name in stages:
+        if name not in MODEL_STAGES:
+            continue
+        timings = run_dir / name / "_timings.json"
+        memory = json.loads(timings.read_text()).get("device_memory") if timings.exists() else None
+        if not memory:
+            bad.append(f"{name}: no device_memory in {timings.name}")
+        elif memory["peak_gib"] > memory["estimate_gib"]:
+            bad.append(f"{name}: peak {memory['peak_gib']:.4f} GiB > estimate {memory['estimate_gib']:.4f} GiB")
+    return bad
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of the finished child processes (both ranks): wall time on a shared host says little."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_rehearses_on_cpu(experiment, stage_cache, tmp_path, free_port):
+    run_dir = tmp_path / "run"
+    started, cpu = time.monotonic(), _children_cpu_s()
+    proc = rehearse(experiment, run_dir, stage_cache, free_port())
+    seconds, cpu = time.monotonic() - started, _children_cpu_s() - cpu
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+    assert proc.returncode == 0, f"{experiment}: exit {proc.returncode} after {seconds:.0f} s\n{tail}"
+    run = json.loads((run_dir / "run.json").read_text())
+    from parathink.config import compose
+
+    stages = list(compose([f"experiment={experiment}", "scale=cpu"]).stages)
+    assert sorted(run["stages"]) == sorted(stages), run["stages"]
+    for name, entry in run["stages"].items():
+        assert entry["status"] in ("ran", "cached") and entry["gate_passed"], (name, entry)
+    print(f"{experiment}: {seconds:.0f} s ({cpu:.0f} CPU-s); "
+          + ", ".join(f"{n} {e['status']} {e['duration_s']:.0f} s" for n, e in run["stages"].items()))
+    overruns = memory_overruns(run_dir, stages)
+    assert not overruns, f"{experiment}: " + "; ".join(overruns)
+
+
+def test_rehearsal_data_is_what_its_generator_writes():
+    """The committed files in hydra_conf/scale/cpu_data are rehearsal_data.py's output (rerun it after editing it)."""
+    for name, rows in files().items():
+        assert (OUT / name).read_text(encoding="utf-8") == render(rows), f"{name}: run tests/rehearsal/rehearsal_data.py"
