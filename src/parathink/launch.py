@@ -102,9 +102,9 @@ def _stage_launch(name: str, overrides: list[str]) -> list[str] | None:
     """The launch to run for ``parathink stage NAME overrides`` here, or None to run the stage in this process."""
     from parathink import cluster
     from parathink.config import compose
-    from parathink.stages.runner import _stage_aliases
+    from parathink.stages.runner import stage_aliases
 
-    cfg = compose(_stage_aliases(name, overrides))
+    cfg = compose(stage_aliases(name, overrides))
     p = cluster.placement(cfg, name)
     return p.launch if p.nodes == 1 and p.procs_per_node > 1 else None
 

@@ -511,12 +511,12 @@ def main_run(overrides: list[str]) -> int:
 def main_stage(name: str, overrides: list[str]) -> int:
     """``parathink stage NAME [overrides]``: one stage (skipped when its output is up to date)."""
     def go():
-        cfg = compose(_stage_aliases(name, overrides))
+        cfg = compose(stage_aliases(name, overrides))
         execute(cfg, [name])
     return guarded(go)
 
 
-def _stage_aliases(name: str, overrides: list[str]) -> list[str]:
+def stage_aliases(name: str, overrides: list[str]) -> list[str]:
     """Short overrides a built-in stage accepts (filter: ``input=``, ``output=``, ``gate.*=``), expanded."""
     target = BUILTIN.get(name, f"parathink.stages.{name}")
     try:
