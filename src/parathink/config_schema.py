@@ -220,7 +220,7 @@ def check(cfg: DictConfig) -> None:
     starting ``config:`` and naming the full key). Changes nothing in ``cfg``."""
     plugins = set(cfg.get("stage_modules") or {})
     try:
-        OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+        resolved = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     except OmegaConfBaseException as err:
         raise ConfigError(f"config: {err.full_key}: {_first_line(err)}") from None
     # As written, so that a wrong value is named where it was set, not where an interpolation copies it to (an
@@ -232,7 +232,7 @@ def check(cfg: DictConfig) -> None:
     except (ValidationError, ConfigTypeError) as err:  # an interpolation's value, of the wrong type for its field
         raise ConfigError(f"config: {wrong_value(err.full_key, OmegaConf.select(cfg, err.full_key))}") from None
     _check_stage_overrides(values, plugins)
-    _check_run_settings(OmegaConf.to_container(cfg, resolve=True))
+    _check_run_settings(resolved)
 
 
 def _check_run_settings(values: dict) -> None:
