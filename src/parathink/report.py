@@ -121,6 +121,7 @@ def render(experiment: str, run_dir: str, stages: list[str], run: dict, manifest
 
 def write(rundir, experiment: str, stages: list[str]) -> str:
     """Writes ``report.md`` (and its figure) into the run directory; returns the report's location."""
+    from parathink.stages.confine import inside
     from parathink.tracking.plots import PLOT_DIR, write_run_plots
 
     manifests = {name: (asdict(m) if (m := rundir.manifest(name)) is not None else None) for name in stages}
@@ -129,7 +130,12 @@ def write(rundir, experiment: str, stages: list[str]) -> str:
         location = storage.join(rundir.stage_uri("eval"), results_file.FILE)
         results = results_file.parse(storage.read_bytes(location), location) if storage.exists(location) else None
     # Every plot, drawn once per report: the run's tracking logs these same files (tracking.curriculum).
-    plot_dir = rundir.local / PLOT_DIR
+    # The plot folder is removed and rewritten, and a local run's report and figure are written in place: none may
+    # be a symlink that leads out of the run directory (stages.confine; checked before anything is removed).
+    plot_dir = inside(rundir.local, rundir.local / PLOT_DIR)
+    if not rundir.remote:
+        for rel in (REPORT_MD, FIGURE_DIR):
+            inside(rundir.local, rundir.local / rel)
     shutil.rmtree(plot_dir, ignore_errors=True)
     figures = []
     for png in write_run_plots(rundir, plot_dir, tuple(stages)):

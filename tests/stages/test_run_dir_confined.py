@@ -142,3 +142,36 @@ def test_an_emptied_outputs_table_and_an_edited_output_rerun_the_stage(curriculu
     assert curriculum.ran() == ["prep", "prep"]
     assert (Path(curriculum.run_dir) / "prep" / "value.txt").read_text() == "3"
     assert json.loads(path.read_text())["output_hash"] == data["output_hash"]
+
+
+@pytest.mark.parametrize("link", ["report.md", ".tracking", "report"])
+def test_the_report_writes_nothing_through_a_symlink_out(tmp_path, outside, link):
+    """``parathink report`` removes and rewrites its plot folder and writes report.md and its figure in place."""
+    from parathink import report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / link).symlink_to(outside / "prep" / "keep.txt" if link.endswith(".md") else outside)
+    with pytest.raises(OutsideRunDir, match="leads out of the run directory"):
+        report.write(RunDir(str(run)), "tiny", ["prep"])
+    assert untouched(outside)
+
+
+@pytest.mark.parametrize("link", [".gates", ".tmp"])
+def test_a_gate_writes_no_report_or_cache_through_a_symlink_out(tmp_path, outside, link):
+    """A gate's probe caches its figures in ``.gates`` and writes its report in the stage's scratch."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from parathink.stages import gating
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / link).symlink_to(outside)
+    cfg = OmegaConf.create({"seed": 0, "prep": {"gate": {"enabled": True}}})
+    stage = SimpleNamespace(gate=SimpleNamespace(check=lambda cfg, out: pytest.fail("the gate ran")))
+    manifest = Manifest(stage="prep", config_hash="h", config={}, inputs={})
+    with pytest.raises(OutsideRunDir, match="leads out of the run directory"):
+        gating.evaluate(cfg, "prep", stage, run / "prep", run / ".tmp" / "prep" / "_gates", manifest, RunDir(str(run)))
+    assert untouched(outside)

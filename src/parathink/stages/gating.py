@@ -23,6 +23,7 @@ from parathink.quality import GateFailed
 from parathink.quality.expectations import Verdict, markdown_table, summary_line, text_table
 from parathink.quality.gate import GateInput, gate_section
 from parathink.quality.thresholds import check_thresholds
+from parathink.stages.confine import inside
 from parathink.stages.contract import StageSpec
 from parathink.stages.manifest import GATES, Manifest
 
@@ -55,9 +56,13 @@ def evaluate(cfg, name: str, stage: StageSpec, folder: Path, gate_dir: Path, man
     if not verdict.enabled:
         log(f"warning: {name}: quality gate disabled ({name}.gate.enabled=false); nothing checks what it produced")
     else:
+        # The gate's report folder and the probe's figure cache are written in place: neither may be a symlink out
+        # of the run directory (stages.confine).
+        cache_dir = inside(rundir.local, rundir.local / ".gates")
+        inside(rundir.local, gate_dir)
         gate_dir.mkdir(parents=True, exist_ok=True)
         out = GateInput(stage=name, folder=folder, gate_dir=gate_dir, metrics=dict(manifest.metrics),
-                        output_hash=manifest.output_hash, seed=int(cfg.seed), cache_dir=rundir.local / ".gates",
+                        output_hash=manifest.output_hash, seed=int(cfg.seed), cache_dir=cache_dir,
                         input_hash=rundir.output_hash, resolve_input=rundir.resolve_input)
         started = time.time()
         try:
