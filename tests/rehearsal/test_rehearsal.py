@@ -65,6 +65,24 @@ def memory_overruns(run_dir: Path, stages: list[str]) -> list[str]:
     return bad
 
 
+def record(experiment: str, seconds: float, cpu: float, run_dir: Path, stages: dict) -> None:
+    """One line per experiment (its times, each stage's status, time and device_memory) appended to the file
+    ``PARATHINK_REHEARSAL_RECORD`` names (`make rehearsal`: bench-results/rehearsal.jsonl), for docs/gpu.md's
+    ledger; nothing without it."""
+    path = os.environ.get("PARATHINK_REHEARSAL_RECORD")
+    if not path:
+        return
+    memory = {}
+    for name in stages:
+        timings = run_dir / name / "_timings.json"
+        memory[name] = json.loads(timings.read_text()).get("device_memory") if timings.exists() else None
+    line = {"experiment": experiment, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1),
+            "stages": {name: {"status": e["status"], "duration_s": e["duration_s"], "device_memory": memory[name]}
+                       for name, e in stages.items()}}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def _children_cpu_s() -> float:
     """CPU seconds of the finished child processes (both ranks): wall time on a shared host says little."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -88,6 +106,7 @@ def test_experiment_rehearses_on_cpu(experiment, stage_cache, tmp_path, free_por
         assert entry["status"] in ("ran", "cached") and entry["gate_passed"], (name, entry)
     print(f"{experiment}: {seconds:.0f} s ({cpu:.0f} CPU-s); "
           + ", ".join(f"{n} {e['status']} {e['duration_s']:.0f} s" for n, e in run["stages"].items()))
+    record(experiment, seconds, cpu, run_dir, run["stages"])
     overruns = memory_overruns(run_dir, stages)
     assert not overruns, f"{experiment}: " + "; ".join(overruns)
 
