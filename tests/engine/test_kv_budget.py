@@ -34,7 +34,7 @@ def _run(toy, grammar, mode, budget=None, seed=0, n_prompts=6, batch_size=8, bac
     return engine, samples
 
 
-def _tight(toy, grammar, mode, margin=1.3) -> int:
+def _tight(toy, grammar, mode, margin=1.15) -> int:
     """A budget a little above the smallest one the engine takes for these prompts."""
     model, tok = toy
     longest = max(len(prompt_ids(tok, grammar, i)) for i in range(6))
@@ -156,10 +156,11 @@ def test_paged_cache_forks_parks_and_merges_by_block():
     cache = _paged()
     _fill(cache, 0, [float(i) for i in range(20)])  # 20 entries: 2 blocks
     assert cache.used == 2 and cache.lens[0] == 20
-    cache.copy_rows([0], [1])  # a fork copies whole blocks
-    assert cache.used == 4 and _entries(cache, 1) == [float(i) for i in range(20)]
-    parked = cache.take(1, 18)  # park past a prefix of 18: the first block goes back, the second stays
-    assert (parked.start, parked.n, cache.used) == (2, 2, 3)
+    cache.copy_rows([0], [1])  # a fork shares the full block and copies the partly filled one
+    assert cache.used == 3 and cache.references == 4 and _entries(cache, 1) == [float(i) for i in range(20)]
+    assert cache.blocks[1][0] == cache.blocks[0][0] and cache.blocks[1][1] != cache.blocks[0][1]
+    parked = cache.take(1, 18)  # park past a prefix of 18: the first block (shared) is released, the second stays
+    assert (parked.start, parked.n, cache.used) == (2, 2, 3) and cache.references == 3
     cache.append(0, parked)  # merge: row 0 holds its 20 entries, then 18 and 19 again
     assert _entries(cache, 0) == [float(i) for i in range(20)] + [18.0, 19.0] and cache.used == 2
     cache.copy_spans(0, [(0, 3), (20, 22)], 2)
@@ -171,6 +172,6 @@ def test_paged_cache_forks_parks_and_merges_by_block():
     cache.free_rows([0, 2])
     assert cache.used == 0 and len(cache.free) == cache.usable == 11
     with pytest.raises(RuntimeError, match="no free block"):
-        _fill(cache, 3, [0.0] * 80)  # 5 blocks of 11 fit, but not 12 on top of them
-        cache.copy_rows([3], [0])
-        cache.copy_rows([3], [1])
+        _fill(cache, 3, [0.0] * 80)  # 5 blocks of 11 fit, and 5 more, but not 12 in all
+        _fill(cache, 0, [0.0] * 80)
+        _fill(cache, 1, [0.0] * 20)

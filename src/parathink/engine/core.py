@@ -35,7 +35,14 @@ import torch
 from parathink.engine.cache import RowCache
 from parathink.engine.decode import EagerDecode, StaticDecode
 from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
-from parathink.engine.kv_budget import BLOCK_TOKENS, PREFILL_TOKENS, kv_bytes_per_token, worst_case_kv_bytes
+from parathink.engine.kv_budget import (
+    BLOCK_TOKENS,
+    PREFILL_TOKENS,
+    blocks_for,
+    kv_bytes_per_token,
+    min_kv_blocks,
+    worst_case_kv_bytes,
+)
 from parathink.engine.paged import PagedCache
 from parathink.engine.runner import cache_shape, make_runner
 from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats, stream_key, uniform_bits
@@ -47,6 +54,7 @@ from parathink.formats.tags import MAX_PARATHINKER_PATHS
 
 MODES = ("causal", "structured")
 DECODES = ("auto", "eager", "static")
+KV_LAYOUTS = ("auto", "paged", "contiguous")
 
 
 @dataclass
@@ -133,11 +141,14 @@ class Engine:
     covers the worst case, allocates every row at the longest length up front (the contiguous, CUDA-graph path);
     a smaller one pages the cache in blocks, admits streams as blocks are free and preempts (then recomputes)
     the newest when the rows cannot grow. ``stats`` describes the last call (preemptions, peak KV bytes, ...).
+    ``kv_layout``: ``auto`` (the above), ``paged`` (the block cache even where the budget, or no budget, covers the
+    worst case: then it holds the worst case in blocks and never preempts), ``contiguous`` (every row at the longest
+    length up front; a budget below that worst case is refused).
     """
 
     def __init__(self, model, tokenizer, grammar: str = "parallel_r1", mode: str = "causal", num_paths: int = 2,
                  *, min_fork_budget: int = 0, backend: str = "auto", decode: str = "auto", cuda_graphs: bool = True,
-                 kv_cache_bytes: int | None = None):
+                 kv_cache_bytes: int | None = None, kv_layout: str = "auto"):
         if mode not in MODES:
             raise ValueError(f"engine mode must be one of {MODES}, got {mode!r}")
         if decode not in DECODES:
@@ -146,7 +157,9 @@ class Engine:
             raise ValueError(f"engine num_paths must be >= 1, got {num_paths}")
         if kv_cache_bytes is not None and kv_cache_bytes < 1:
             raise ConfigError(f"engine kv_cache_bytes must be >= 1 or None (no budget), got {kv_cache_bytes}")
-        self.kv_cache_bytes = kv_cache_bytes
+        if kv_layout not in KV_LAYOUTS:
+            raise ConfigError(f"engine kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
+        self.kv_cache_bytes, self.kv_layout = kv_cache_bytes, kv_layout
         self.stats: dict = {}  # of the last generate call (``_Run.stats``)
         self.model, self.tokenizer, self.grammar, self.mode = model, tokenizer, grammar, mode
         self.num_paths, self.min_fork_budget = num_paths, min_fork_budget
@@ -270,9 +283,19 @@ class _Run(BudgetScheduler):
         dtype = next(engine.model.parameters()).dtype
         self.token_bytes = kv_bytes_per_token(layers, kv_heads, head_dim, dtype.itemsize)
         budget = engine.kv_cache_bytes
-        # A budget that covers the worst case changes nothing: the contiguous cache, CUDA graphs and all.
-        self.paged = budget is not None and budget < worst_case_kv_bytes(rows, max_len, self.token_bytes)
+        worst = worst_case_kv_bytes(rows, max_len, self.token_bytes)
+        # A budget that covers the worst case changes nothing (``kv_layout="auto"``): the contiguous cache, CUDA
+        # graphs and all. ``paged`` forces the blocks; without a budget they hold every row's worst case.
+        if engine.kv_layout == "contiguous" and budget is not None and budget < worst:
+            raise ConfigError(f"engine kv_layout='contiguous' allocates {worst:,} bytes of KV (every row at its "
+                              f"longest) but kv_cache_bytes={budget:,}: raise the budget or use kv_layout='auto'")
+        self.paged = engine.kv_layout == "paged" or (
+            engine.kv_layout == "auto" and budget is not None and budget < worst)
         if self.paged:
+            if budget is None:  # every row at its longest, a spare block each, and the sink
+                blocks = max(rows * (blocks_for(max_len) + 1),
+                             min_kv_blocks(max_len, engine.num_paths, self.structured))
+                budget = (blocks + 1) * BLOCK_TOKENS * self.token_bytes
             blocks = budget // (BLOCK_TOKENS * self.token_bytes)
             self._check_budget(budget, blocks, max_len)
             self.cache = PagedCache(layers, rows, kv_heads, max_len, head_dim, dtype, device, blocks)

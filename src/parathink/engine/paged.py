@@ -12,6 +12,13 @@ Block 0 is a sink: prefill padding writes land there and gather padding reads it
 own. The pool is zeroed at allocation and only ever written with finite values, so every slot a masked read
 touches is finite (a NaN under the mask would still poison attention: see ``cache``).
 
+Forks share blocks (issue 49 item 3): a row forked from another references the source's full blocks (each block
+has a reference count on the host: ``refs``) and gets a copy of only its partly filled last block, the one block it
+would write first (copy on write, done at the fork). A row writes only entries past its ``lens``, which lie in
+that private last block or in fresh ones, so a shared block is never written; ``expose`` checks it every step.
+Freeing a row decrements its blocks' counts, and a block goes back to the pool with its last reference. A 4-path
+block so holds its prefix once plus the paths (``peak`` counts blocks, not references).
+
 A row's block list is on the host, mirrored in ``table`` (host, one row per cache row; entries past a row's
 blocks are stale or the sink, read only under the mask), which each step uploads once. The engine reserves room
 before a step (``free``); ``_alloc`` running dry is an engine bug.
@@ -52,6 +59,7 @@ class PagedCache(Bounds):
         self.blocks: list[list[int]] = [[] for _ in range(rows)]
         self.table = torch.full((rows, blocks_for(max_len)), SINK, dtype=torch.long)
         self.free = list(range(blocks - 1, SINK, -1))  # a stack: the lowest block numbers go first
+        self.refs = [0] * blocks  # rows and parked paths that reference each block
         self.usable = blocks - 1
         self.peak = 0  # most blocks held at once
         self.slots: torch.Tensor | None = None  # [n, s] slots of the step's rows (``expose``)
@@ -72,6 +80,7 @@ class PagedCache(Bounds):
         if not self.free:
             raise RuntimeError("engine cache: no free block (engine bug: the room for this step was not reserved)")
         b = self.free.pop()
+        self.refs[b] = 1
         self.peak = max(self.peak, self.usable - len(self.free))
         return b
 
@@ -85,7 +94,39 @@ class PagedCache(Bounds):
             own.append(b)
 
     def _release(self, blocks: list[int]) -> None:
-        self.free += reversed(blocks)
+        """Drop one reference to each block; a block nobody references goes back to the pool."""
+        refs = self.refs
+        for b in reversed(blocks):
+            refs[b] -= 1
+            if refs[b] == 0:
+                self.free.append(b)
+            elif refs[b] < 0:
+                raise RuntimeError(f"engine cache: block {b} released more often than referenced (engine bug)")
+
+    def _share(self, row: int, blocks: list[int]) -> None:
+        """Row ``row`` (holding no blocks) references ``blocks`` (full blocks of another row) as its first ones."""
+        if self.blocks[row]:
+            raise RuntimeError("engine cache: blocks shared into a row that holds some (engine bug)")
+        for b in blocks:
+            self.refs[b] += 1
+        self.blocks[row] = list(blocks)
+        self.table[row, :len(blocks)] = torch.tensor(blocks, dtype=torch.long)
+
+    def _own_tail(self, row: int, n: int) -> None:
+        """Copy on write: the block holding the row's entry ``n`` (about to be written) becomes the row's own."""
+        own, i = self.blocks[row], n // BLOCK_TOKENS
+        if i < len(own) and self.refs[own[i]] > 1:
+            b = self._alloc()
+            pool = self.kv.unflatten(2, (-1, BLOCK_TOKENS))
+            pool[:, :, b] = pool[:, :, own[i]]
+            self._release([own[i]])
+            own[i] = b
+            self.table[row, i] = b
+
+    @property
+    def references(self) -> int:
+        """Block references held by rows and parked paths (>= ``used``: the difference is what sharing saves)."""
+        return sum(self.refs)
 
     def free_rows(self, rows: list[int]) -> None:
         """Rows leave the cache: their blocks go back to the pool."""
@@ -94,11 +135,13 @@ class PagedCache(Bounds):
             self.blocks[r], self.lens[r] = [], 0
 
     def truncate(self, row: int, n: int) -> None:
-        """Keep the row's first n entries; the blocks past them go back."""
+        """Keep the row's first n entries; the blocks past them go back (a kept block the row would write next and
+        shares is copied first)."""
         keep = blocks_for(n)
         self._release(self.blocks[row][keep:])
         del self.blocks[row][keep:]
         self.lens[row] = n
+        self._own_tail(row, n)
 
     def _slot_list(self, blocks: list[int], start: int, end: int) -> list[int]:
         return [blocks[e // BLOCK_TOKENS] * BLOCK_TOKENS + e % BLOCK_TOKENS for e in range(start, end)]
@@ -111,9 +154,14 @@ class PagedCache(Bounds):
     def expose(self, n: int, s: int) -> None:
         """Rows [0, n) each write entry ``lens[r]`` and read slots [0, s): give a block to each row whose blocks are
         full, and upload the rows' slot table [n, s] for this step."""
+        refs, blocks, lens = self.refs, self.blocks, self.lens
         for r in range(n):
-            if self.lens[r] >= len(self.blocks[r]) * BLOCK_TOKENS:
-                self._grow(r, self.lens[r] + 1)
+            own, e = blocks[r], lens[r]
+            if e >= len(own) * BLOCK_TOKENS:
+                self._grow(r, e + 1)
+            elif refs[own[e // BLOCK_TOKENS]] > 1:
+                raise RuntimeError(f"engine cache: row {r} would write into shared block {own[e // BLOCK_TOKENS]} "
+                                   "(engine bug: a fork's partly filled block is copied when it forks)")
         table = self.table[:n, :blocks_for(s)]
         if self.kv.device.type == "cuda":
             table = torch.empty(table.shape, dtype=table.dtype, pin_memory=True).copy_(table)
@@ -167,24 +215,31 @@ class PagedCache(Bounds):
             self.kv[:, :, self._upload(dst)] = self.kv[:, :, self._upload(src)]
 
     def copy_rows(self, src: list[int], dst: list[int]) -> None:
-        """Rows ``dst`` (empty) become copies of rows ``src``: whole blocks, one copy for all."""
+        """Rows ``dst`` (empty) become copies of rows ``src``: they share the source's full blocks and get a copy
+        of its partly filled last one (one copy for all)."""
         pool = self.kv.unflatten(2, (-1, BLOCK_TOKENS))  # [layers, 2H, blocks, BLOCK, D], a view
         from_blocks, to_blocks = [], []
         for s, d in zip(src, dst):
             n = self.lens[s]
+            full = n // BLOCK_TOKENS
+            self._share(d, self.blocks[s][:full])
             self._grow(d, n)
-            from_blocks += self.blocks[s][:blocks_for(n)]
-            to_blocks += self.blocks[d]
+            from_blocks += self.blocks[s][full:blocks_for(n)]
+            to_blocks += self.blocks[d][full:]
             self.lens[d] = n
         if from_blocks:
             pool[:, :, self._upload(to_blocks)] = pool[:, :, self._upload(from_blocks)]
 
     def copy_spans(self, src: int, spans: list[tuple[int, int]], dst: int) -> None:
-        """Row ``dst`` (empty) gets row ``src``'s entries [a, b) of each span, one after another."""
+        """Row ``dst`` (empty) gets row ``src``'s entries [a, b) of each span, one after another; the full blocks
+        of a first span that starts at entry 0 (a recomputed fork's prefix) are shared, the rest copied."""
         n = sum(b - a for a, b in spans)
+        full = spans[0][1] // BLOCK_TOKENS if spans and spans[0][0] == 0 else 0
+        self._share(dst, self.blocks[src][:full])
         self._grow(dst, n)
-        from_slots = [x for a, b in spans for x in self._slot_list(self.blocks[src], a, b)]
-        self._copy(from_slots, self._slot_list(self.blocks[dst], 0, n))
+        skip = full * BLOCK_TOKENS
+        from_slots = [x for a, b in spans for x in self._slot_list(self.blocks[src], a, b)][skip:]
+        self._copy(from_slots, self._slot_list(self.blocks[dst], skip, n))
         self.lens[dst] = n
 
     def move_row(self, src: int, dst: int) -> None:
@@ -209,8 +264,18 @@ class PagedCache(Bounds):
         return parked
 
     def append(self, row: int, parked: Parked) -> None:
-        """Merge: add parked entries after the row's own; the parked blocks go back."""
+        """Merge: add parked entries after the row's own; the parked blocks go back. Where both ends sit on a block
+        boundary the parked blocks are appended to the row's block table as they are (nothing is copied)."""
         start = self.lens[row]
+        self.check_len(start + parked.n)
+        if start % BLOCK_TOKENS == 0 and parked.start == 0 and len(self.blocks[row]) * BLOCK_TOKENS == start:
+            own = self.blocks[row]
+            self.table[row, len(own):len(own) + len(parked.blocks)] = torch.tensor(parked.blocks, dtype=torch.long)
+            own += parked.blocks
+            parked.blocks = []  # its references are the row's now
+            self.lens[row] = start + parked.n
+            return
+        self._own_tail(row, start)
         self._grow(row, start + parked.n)
         self._copy(self._slot_list(parked.blocks, parked.start, parked.start + parked.n),
                    self._slot_list(self.blocks[row], start, start + parked.n))

@@ -73,7 +73,8 @@ class BudgetScheduler:
         for r, n, held in rows:
             need += n >= held * BLOCK_TOKENS  # its next entry opens a block
             if r.fork > 1:
-                need += (r.fork - 1) * blocks_for(n + 1)  # the paths copy the prefix, opener included
+                # the paths share the prefix's full blocks and copy its partly filled last one, opener included
+                need += (r.fork - 1) * ((n + 1) % BLOCK_TOKENS != 0)
             if r.closing:
                 closing[id(r.seq)] = (r.seq, closing.get(id(r.seq), (None, 0))[1] + 1)
         for s, count in closing.values():
@@ -150,7 +151,8 @@ class BudgetScheduler:
             spans += [(j, p.tokens) for j, p in enumerate(s.block.paths) if j not in live]  # then the parked ones
         n = len(prefix)
         lens = [n + len(spans[j][1]) if spans else n for j in range(len(rows))]
-        cost = blocks_for(n + sum(len(t) for _, t in spans)) + sum(blocks_for(m) for m in lens[1:])
+        # the other rows share the prefix's full blocks with the first (``PagedCache.copy_spans``)
+        cost = blocks_for(n + sum(len(t) for _, t in spans)) + sum(blocks_for(m) - n // BLOCK_TOKENS for m in lens[1:])
         cost += sum(blocks_for(len(t)) for _, t in spans[len(rows):])
         cost += self._demand([(r, m, blocks_for(m)) for r, m in zip(rows, lens)])
         return {"rows": rows, "prefix": prefix, "spans": spans, "lens": lens, "cost": cost}
