@@ -74,9 +74,9 @@ def watched(monkeypatch):
     return made, shared
 
 
-def _generate(model, tok, grammar, mode, layout, budget=None, n_prompts=6):
+def _generate(model, tok, grammar, mode, layout, budget=None, n_prompts=6, decode="auto"):
     engine = Engine(model, tok, grammar, mode, num_paths=3 if grammar == "npr" else 2, kv_layout=layout,
-                    kv_cache_bytes=budget)
+                    kv_cache_bytes=budget, decode=decode)
     sampling = SamplingConfig(max_new_tokens=NEW, seed=3, batch_size=8)
     return engine, engine.generate([prompt_ids(tok, grammar, i) for i in range(n_prompts)], sampling, num_samples=3)
 
@@ -122,6 +122,36 @@ def test_paged_under_preemption_with_shared_blocks(toy, watched):
     _, want = _generate(*toy, "parallel_r1", "structured", "contiguous")
     tight, got = _generate(*toy, "parallel_r1", "structured", "paged", budget)
     assert tight.stats["preemptions"] > 0 and shared[0] > 0
+    _same(got, want)
+    _whole(made[0])
+
+
+@pytest.mark.parametrize("budget", [None, "tight"])
+def test_static_paged_decode_equals_contiguous(toy, watched, monkeypatch, budget):
+    """The paged step at fixed shapes (what a GPU captures as CUDA graphs: rows and window in buckets, the block
+    table in one device buffer, padding rows pointed at the sink): here it runs without capture, and samples what the
+    eager contiguous decode samples, forks and preemptions included."""
+    from parathink.engine.decode import StaticDecode
+
+    made, shared = watched
+    windows = set()
+    call = StaticDecode.__call__
+
+    def _call(self, feed, n):
+        out = call(self, feed, n)
+        windows.add((self.cache.step_blocks, type(self.cache).__name__))
+        return out
+
+    monkeypatch.setattr(StaticDecode, "__call__", _call)
+    model, tok = toy
+    if budget == "tight":
+        longest = max(len(prompt_ids(tok, "parallel_r1", i)) for i in range(6))
+        budget = int(1.15 * min_kv_cache_bytes(longest + NEW + 1, model_kv_bytes_per_token(model.config, "float32"),
+                                               2, True))
+    _, want = _generate(*toy, "parallel_r1", "structured", "contiguous")
+    static, got = _generate(*toy, "parallel_r1", "structured", "paged", budget, decode="static")
+    assert static.stats["paged"] and shared[0] > 0 and windows and all(k == "PagedCache" for _, k in windows)
+    assert (static.stats["preemptions"] > 0) == (budget is not None)
     _same(got, want)
     _whole(made[0])
 

@@ -69,7 +69,7 @@ def test_no_slot_is_read_before_it_is_written_or_zeroed(toy, monkeypatch, decode
     monkeypatch.setattr(RowCache, "fill", float("nan"))
     poisoned = _generate(engine, tok, "parallel_r1")
     assert [(s.response_ids, s.logprobs) for s in poisoned] == [(s.response_ids, s.logprobs) for s in clean]
-    monkeypatch.setattr(RowCache, "expose", lambda self, n, s: None)
+    monkeypatch.setattr(RowCache, "expose", lambda self, n, s, b=None: None)
     broken = _generate(engine, tok, "parallel_r1")
     assert any(math.isnan(x) for s in broken for x in s.logprobs)
 

@@ -69,9 +69,10 @@ class RowCache(Bounds):
 
     # ----------------------------------------------------------------------------------------- before a read
 
-    def expose(self, n: int, s: int) -> None:
+    def expose(self, n: int, s: int, b: int | None = None) -> None:
         """Rows [0, n) are about to attend over slots [0, s) (each writes its slot ``lens[r]`` first): zero,
-        once, every slot past a row's own entries that holds nothing finite yet."""
+        once, every slot past a row's own entries that holds nothing finite yet. (``b``: the rows a static step
+        runs, padding included; their own slots serve them here.)"""
         if min(self.fin[:n]) >= s:  # the common step: every row's chunk reaches past the window
             return
         groups: dict[int, list[int]] = {}

@@ -302,8 +302,9 @@ class _Run(BudgetScheduler):
         else:
             self.cache = RowCache(layers, rows, kv_heads, max_len, head_dim, dtype, device)
         engine.runner.prepare(max_len)  # positions never reach max_len
-        # A paged step gathers its rows' blocks through a table that changes every step: eager, never a graph.
-        self.decoder = EagerDecode(engine.runner) if self.paged else engine.decoder(torch.device(device))
+        # Paged or contiguous, the step is the engine's (``decode``): a paged static step reads its block table
+        # from a fixed device buffer, so it replays as a CUDA graph like the contiguous one.
+        self.decoder = engine.decoder(torch.device(device))
         self.decoder.bind(self.cache)
         self.waiting: deque = deque()  # preempted sequences, oldest first: recomputed before new ones are admitted
         self.admitted = self.preemptions = self.preempted_in_block = self.recomputed = self.max_rows = 0

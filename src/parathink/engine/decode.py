@@ -12,7 +12,10 @@ device: the engine's one device-to-host read per step is the sampled tokens (``c
   logits are dropped; padding slots are masked like every slot past a row's entries. With ``graphs`` (CUDA)
   each bucket's step is captured once and replayed: one launch per step instead of one per kernel. A graph
   bakes in addresses (the cache, the weights, the input buffer), so the graphs are kept across ``generate``
-  calls only while every one of those addresses is unchanged (``bind``).
+  calls only while every one of those addresses is unchanged (``bind``). Over a ``PagedCache`` the step reads
+  the block table from one device buffer (``device_table``, refilled before each step outside the graph), padding
+  rows' tables point at the sink block, and the window bucket fixes the table's columns: the same graphs serve.
+  Without CUDA the same buffers and padding run, and the step is called directly where a GPU would replay it.
 """
 
 from __future__ import annotations
@@ -68,7 +71,9 @@ class StaticDecode:
         device = cache.kv.device
         if self.inputs is None or self.inputs.shape[1] < cache.capacity or self.inputs.device != device:
             self.inputs = torch.zeros(4, cache.capacity, dtype=torch.long, device=device)
-        addresses = [_address(t) for t in (cache.kv, self.inputs, *self.runner.tensors())]
+        table = getattr(cache, "device_table", None)  # a paged cache's block table: the graphs read it too
+        addresses = [_address(t) for t in (cache.kv, self.inputs, *([table] if table is not None else []),
+                                           *self.runner.tensors())]
         if addresses != self.addresses:
             self.captured, self.pool, self.addresses = {}, None, addresses
         self.cache = cache
@@ -79,7 +84,7 @@ class StaticDecode:
         lens = cache.lens[:n]
         cache.check_len(max(lens) + 1)
         b, s = bucket(n, cache.capacity), bucket(max(lens) + 1, cache.max_len, MIN_WINDOW)
-        cache.expose(n, s)
+        cache.expose(n, s, b)
         pad = [0] * (b - n)  # padding rows feed token 0 at position 0 into their slot 0
         upload_into(self.inputs[:, :b], [feed[0] + pad, feed[1] + pad, lens + pad, feed[2] + pad])
         x = self.inputs

@@ -62,9 +62,10 @@ class PagedCache(Bounds):
         self.refs = [0] * blocks  # rows and parked paths that reference each block
         self.usable = blocks - 1
         self.peak = 0  # most blocks held at once
-        self.slots: torch.Tensor | None = None  # [n, s] slots of the step's rows (``expose``)
+        # The host ``table``'s rows a step reads (``expose``): one buffer for the call, as a CUDA graph reads it.
+        self.device_table = torch.zeros(self.table.shape, dtype=torch.long, device=device)
+        self.step_blocks = 0  # its columns this step
         self.prefill_slots: torch.Tensor | None = None  # [B, T] (``begin_prefill``)
-        self._offsets = torch.arange(BLOCK_TOKENS, device=device)
 
     @property
     def capacity(self) -> int:
@@ -151,9 +152,10 @@ class PagedCache(Bounds):
 
     # ----------------------------------------------------------------------------------------- before a read
 
-    def expose(self, n: int, s: int) -> None:
+    def expose(self, n: int, s: int, b: int | None = None) -> None:
         """Rows [0, n) each write entry ``lens[r]`` and read slots [0, s): give a block to each row whose blocks are
-        full, and upload the rows' slot table [n, s] for this step."""
+        full, and upload the block table of the step's rows. A static step runs ``b`` >= n rows: its padding rows
+        [n, b) are dead cache rows that write their entry 0, so their tables point at the sink."""
         refs, blocks, lens = self.refs, self.blocks, self.lens
         for r in range(n):
             own, e = blocks[r], lens[r]
@@ -162,11 +164,15 @@ class PagedCache(Bounds):
             elif refs[own[e // BLOCK_TOKENS]] > 1:
                 raise RuntimeError(f"engine cache: row {r} would write into shared block {own[e // BLOCK_TOKENS]} "
                                    "(engine bug: a fork's partly filled block is copied when it forks)")
-        table = self.table[:n, :blocks_for(s)]
+        b = n if b is None else b
+        if b > n:
+            self.table[n:b] = SINK
+        nb = blocks_for(s)
+        host = self.table[:b, :nb]
         if self.kv.device.type == "cuda":
-            table = torch.empty(table.shape, dtype=table.dtype, pin_memory=True).copy_(table)
-        table = table.to(self.kv.device, non_blocking=True)
-        self.slots = (table[:, :, None] * BLOCK_TOKENS + self._offsets).flatten(1)[:, :s]
+            host = torch.empty(host.shape, dtype=host.dtype, pin_memory=True).copy_(host)
+        self.device_table[:b, :nb].copy_(host, non_blocking=True)
+        self.step_blocks = nb
 
     def begin_prefill(self, row0: int, lens: list[int], t: int) -> None:
         """Rows row0.. are about to be prefilled over t slots, holding ``lens`` entries: give them blocks; their
@@ -180,13 +186,18 @@ class PagedCache(Bounds):
     # ----------------------------------------------------------------------------------------- device views
 
     def layer(self, layer: int, row0: int, b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values [B, H, S, D] of rows row0.. up to length ``s``: gathered from their blocks."""
-        kv = self.kv[layer][:, self.slots[row0:row0 + b, :s]].permute(1, 0, 2, 3)  # [B, 2H, S, D]
+        """Keys and values [B, H, S, D] of rows row0.. up to length ``s``: their blocks, gathered whole (one
+        ``index_select`` of [BLOCK_TOKENS, D] tiles per kv head) and viewed, not copied again, as rows."""
+        nb, h2, d = self.step_blocks, self.kv.shape[1], self.kv.shape[-1]
+        pool = self.kv[layer].view(h2, -1, BLOCK_TOKENS, d)  # [2H, blocks, BLOCK, D]
+        index = self.device_table[row0:row0 + b, :nb].flatten()
+        kv = pool.index_select(1, index).view(h2, b, nb * BLOCK_TOKENS, d).transpose(0, 1)[:, :, :s]
         return kv[:, :self.kv_heads], kv[:, self.kv_heads:]
 
     def step_index(self, lens: torch.Tensor) -> torch.Tensor:
         """Slots [B] of rows 0..B-1's next entries (``lens`` [B], on the device)."""
-        return self.slots[torch.arange(lens.shape[0], device=lens.device), lens]
+        rows = torch.arange(lens.shape[0], device=lens.device)
+        return self.device_table[rows, lens // BLOCK_TOKENS] * BLOCK_TOKENS + lens % BLOCK_TOKENS
 
     def write_step(self, layer: int, index: torch.Tensor, kv: torch.Tensor) -> None:
         """Decode: store kv [B, 2H, D] (one new token per row) at the slots ``step_index`` gave."""
