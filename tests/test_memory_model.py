@@ -153,12 +153,70 @@ def test_the_rl_pool_is_the_remainder_after_every_counted_workspace():
 
     assert gather_workspace(QWEN3_4B, 2, 512, 5000) == 512 * 5000 * 4096  # ~10 GB: the issue's figure
     assert sampling_workspace(QWEN3_4B, 512) == 512 * 151936 * 16
-    assert zero_buckets(QWEN3_4B, "hydra_conf/deepspeed/zero2.json", 2) == 2 * 2560**2 * 2 + 500_000_000 * 2
+    buckets = zero_buckets(QWEN3_4B, "hydra_conf/deepspeed/zero2.json", 2, 8, 500_000_000)
+    assert buckets == 2 * 500_000_000 * 2 + 500_000_000 * 2 + 151936 * 2560 * 4  # see the test below
     cfg = compose(["experiment=parallel_r1_seen"])
     budget = stage_budget(cfg, "rl_easy", 8, 80 * GIB)
     p = budget.parts
     assert p["workspace"] > gather_workspace(QWEN3_4B, 2, 512, 5000) + sampling_workspace(QWEN3_4B, 512)
     assert p["kv_cache"] == int(0.9 * 80 * GIB) - (p["weights"] + p["grads"] + p["optimizer"] + p["workspace"])
+
+
+def _ds_json(tmp_path, **zero) -> str:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": zero}))
+    return str(path)
+
+
+def test_zero_buckets_are_what_deepspeed_allocates_to_reduce_the_gradients(tmp_path):
+    """stage_1_and_2.py: two whole reduce buckets with overlap_comm (setup_buckets: torch.empty(reduce_bucket_size)
+    whatever the model's size: 2 x 5e8 x 2 B for a 1M-parameter bf16 model, as the rehearsal measured), in the
+    parameters' dtype; a bucket's slices for one rank flattened (at most a partition); the fp32 cast of a reduced
+    slice (at most the largest parameter or a partition); the all-gather allocates nothing, whatever its size."""
+    from parathink.memory_model import RL_AUTO_BUCKET, largest_param, model_arch, zero_buckets
+
+    tiny = model_arch({"source": "builtin:tiny_base", "config": json.loads(
+        open("src/parathink/assets/tiny_base/config.json").read())})
+    part = -(-tiny.params // 2)
+    rl = zero_buckets(tiny, "hydra_conf/deepspeed/zero2.json", 2, 2, RL_AUTO_BUCKET)
+    assert rl == 2 * 500_000_000 * 2 + part * 2 + min(largest_param(tiny), part) * 4
+    assert 2_000_000_000 < rl < 2_013_055_364  # the buckets, and within the rehearsal's measured peak (05:52)
+    sft = zero_buckets(tiny, "hydra_conf/deepspeed/zero2.json", 2, 2)  # "auto": the Trainer's hidden x hidden
+    assert sft == 2 * 128**2 * 2 + 128**2 * 2 + min(largest_param(tiny), part) * 4
+    one = _ds_json(tmp_path, stage=2, reduce_bucket_size=1000, allgather_bucket_size=10**12)
+    assert zero_buckets(tiny, one, 4, 2) == 1000 * 4 + 1000 * 4  # one buffer, no fp32 cast of fp32 gradients
+    assert zero_buckets(tiny, _ds_json(tmp_path, stage=1, overlap_comm=True, reduce_bucket_size=1000), 2, 2) == (
+        2 * 1000 * 4 + 1000 * 2 + min(largest_param(tiny), part) * 4)  # ZeRO-1 stages its fp32 accumulator
+    assert zero_buckets(tiny, _ds_json(tmp_path, stage=0), 2, 2) == 0 and zero_buckets(tiny, None, 2, 2) == 0
+
+
+def test_the_engines_folded_copy_of_a_small_model_is_counted_and_none_of_qwen3_4b():
+    """engine.runner.FastRunner keeps fused, pre-transposed weights (and lm_head as [h, V]) for a model of at most
+    FOLD_MAX_PARAMS parameters, for the engine's life (an RL stage's update included: the rehearsal's residual)."""
+    from parathink.engine.runner import FOLD_MAX_PARAMS
+    from parathink.memory_model import ENGINE_FOLD_MAX_PARAMS, folded_weights, model_arch
+
+    assert ENGINE_FOLD_MAX_PARAMS == FOLD_MAX_PARAMS and folded_weights(QWEN3_4B, 2) == 0
+    tiny = model_arch({"source": "builtin:tiny_base", "config": json.loads(
+        open("src/parathink/assets/tiny_base/config.json").read())})
+    layer = 128 * 128 + 2 * 128 * 64 + 128 * 128 + 3 * 128 * 512  # qkv, o, gate_up, down
+    assert folded_weights(tiny, 2) == (4 * layer + 531 * 128) * 2 == 2_102_016  # the 4 x 491,520 B + 135,936 B measured
+
+
+def test_the_rl_update_counts_no_mask_for_the_causal_grammar_and_the_device_mask_for_a_structured_one():
+    """recompute_logprobs: SDPA's is_causal path (no L x L tensor) for causal rows; the additive [B, 1, L, L]
+    mask built on the device for structured ones (modeling.attention)."""
+    from parathink.memory_model import recomputed_layer, rl_budget
+
+    section = {"deepspeed": None, "token_budget": 5000, "micro_batch_size": 8, "gradient_checkpointing": True,
+               "logprob_chunk_tokens": 1024, "rollout_batch_size": 64, "kv_cache_gib": 10.0}
+    for mode, mask in (("causal", "none"), ("structured", "additive")):
+        budget = rl_budget(QWEN3_4B, 2, {**section, "mode": mode}, "rl_easy", 8, 80 * GIB)
+        assert budget.parts["activations"] == training_activations(QWEN3_4B, 2, 8, 5000, True, mask=mask), mode
+        assert budget.update.recomputed == recomputed_layer(QWEN3_4B, 2, 8, 5000, True, mask)
+    causal = rl_budget(QWEN3_4B, 2, {**section, "mode": "causal"}, "rl_easy", 8, 80 * GIB).parts["activations"]
+    structured = rl_budget(QWEN3_4B, 2, {**section, "mode": "structured"}, "rl_easy", 8, 80 * GIB)
+    assert structured.parts["activations"] - causal == 8 * 5000**2 * 2  # the mask, 0.37 GiB
 
 
 def test_scale_cpu_gives_every_stage_that_holds_a_model_an_estimate_from_the_tiny_shape(capsys):
@@ -200,7 +258,7 @@ def test_device_peak_counts_a_stages_live_tensors_and_over_estimate_compares(tmp
     from parathink.stages import timings
 
     before = torch.ones(2**20)  # noqa: F841 - alive throughout, allocated before: not the stage's
-    with DevicePeak() as peak:
+    with DevicePeak(True) as peak:  # measure_device_memory=true (scale=cpu)
         a = torch.ones(2**20)  # 4 MiB
         b = torch.ones(2**19)  # 2 MiB, both alive
         del a, b
@@ -215,3 +273,43 @@ def test_device_peak_counts_a_stages_live_tensors_and_over_estimate_compares(tmp
     (tmp_path / "silent").mkdir()
     assert check_run(tmp_path, ["fits", "over", "silent"]) == [
         over_estimate(tmp_path / "over"), "stage silent: no device_memory in its _timings.json"]
+
+
+def test_the_cpu_peak_is_measured_only_where_asked_for(tmp_path, monkeypatch):
+    """The profiler's ~7 us an allocation is paid only under measure_device_memory=true (scale=cpu) or
+    PARATHINK_CPU_PEAK=1; otherwise nothing is measured (peak null), and check_run fails such a stage when it
+    expects a figure: an unmeasured rehearsal cannot pass."""
+    import torch
+
+    from parathink.memory import DevicePeak, check_run, measures_cpu
+    from parathink.stages import timings
+
+    monkeypatch.delenv("PARATHINK_CPU_PEAK", raising=False)
+    assert (measures_cpu(None), measures_cpu(False), measures_cpu(True)) == (False, False, True)
+    for setting in (None, False):
+        with DevicePeak(setting) as peak:
+            torch.ones(2**20)
+        assert (peak.measured_by, peak.peak) == ("none", None)
+    (tmp_path / "rl_hard").mkdir()
+    timings.write(tmp_path / "rl_hard", device_memory=peak.record(5 * 2**20))
+    assert json.loads((tmp_path / "rl_hard" / "_timings.json").read_text())["device_memory"]["peak_bytes"] is None
+    assert check_run(tmp_path, ["rl_hard"]) == ["stage rl_hard: device_memory has no measured peak (none)"]
+    monkeypatch.setenv("PARATHINK_CPU_PEAK", "1")
+    with DevicePeak() as peak:
+        torch.ones(2**20)
+    assert peak.measured_by == "cpu.live_tensors" and peak.peak >= 4 * 2**20
+    monkeypatch.setenv("PARATHINK_CPU_PEAK", "0")
+    assert not measures_cpu(True)
+
+
+@pytest.mark.parametrize("setting, measured_by", [(None, "none"), ("true", "cpu.live_tensors")])
+def test_a_run_records_its_stages_device_memory_as_its_setting_asks(curriculum, setting, measured_by, monkeypatch):
+    """parathink run: every stage's _timings.json has device_memory; on a CPU measured only when
+    measure_device_memory=true (what scale=cpu sets)."""
+    from parathink.stages import runner
+
+    monkeypatch.delenv("PARATHINK_CPU_PEAK", raising=False)
+    extra = [f"measure_device_memory={setting}"] if setting else []
+    assert runner.main_run(curriculum.overrides(*extra, stages=("prep",))) == 0
+    record = json.loads((curriculum.tmp / "run" / "prep" / "_timings.json").read_text())["device_memory"]
+    assert record["measured_by"] == measured_by and (record["peak_bytes"] is None) == (setting is None)

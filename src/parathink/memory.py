@@ -48,27 +48,44 @@ def peak_rss_mb() -> float:
 GIB = 2**30
 
 
+def measures_cpu(setting: bool | None) -> bool:
+    """Whether a stage's peak is measured on a CPU: ``PARATHINK_CPU_PEAK=1`` / ``0`` decides when set; else the
+    root setting ``measure_device_memory`` (true: measured; null, the default, and false: not). The profiler the
+    CPU figure needs costs ~7 us an allocation (up to ~2.5x on an allocation-bound tiny decode loop: the demo's
+    and the tests' stages), so only the rehearsal (``scale=cpu``) asks for it."""
+    env = os.environ.get("PARATHINK_CPU_PEAK", "")
+    if env in ("0", "1"):
+        return env == "1"
+    return setting is True
+
+
 class DevicePeak:
     """The peak of live tensor bytes while a stage runs: ``torch.cuda.max_memory_allocated`` on a GPU (reset at
-    the start); on a CPU PyTorch's own allocator accounting, the profiler's memory events (``profile_memory``:
-    every storage allocated and freed, as ``benchmarks/memory_check.py`` measures), summed in time order. Tensors
-    that existed before the stage started are not in the CPU figure (their frees are not counted either).
+    the start) unless ``measure`` is false; on a CPU, where ``measures_cpu(measure)``, PyTorch's own allocator
+    accounting, the profiler's memory events (``profile_memory``: every storage allocated and freed, as
+    ``benchmarks/memory_check.py`` measures), summed in time order. Tensors that existed before the stage started
+    are not in the CPU figure (their frees are not counted either).
 
-    ``measured_by`` names the method; ``none`` where neither works (a profiler already running)."""
+    ``measure``: the root setting ``measure_device_memory`` (null: a GPU's only; true: a CPU's too; false: none).
+    ``measured_by`` names the method; ``none`` where nothing was measured (not asked for, a profiler already
+    running), and the peak is then null."""
 
-    def __init__(self):
+    def __init__(self, measure: bool | None = None):
         self.peak: int | None = None
         self.measured_by = "none"
+        self.measure = measure
         self._profiling = False
 
     def __enter__(self) -> DevicePeak:
         import torch
 
+        if self.measure is False and os.environ.get("PARATHINK_CPU_PEAK") != "1":
+            return self
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
             self.measured_by = "cuda.max_memory_allocated"
             return self
-        if os.environ.get("PARATHINK_CPU_PEAK", "1") == "0":  # opted out: the figure is not measured
+        if not measures_cpu(self.measure):  # not asked for: the profiler's cost is not paid
             return self
         from torch.autograd import _enable_profiler, _prepare_profiler
         from torch.profiler import ProfilerActivity, RecordScope

@@ -6,7 +6,8 @@ with peaks measured on CPU (``benchmarks/memory_check.py``).
 
 Parts, in bytes per GPU (P parameters, N = GPUs the stage runs on, ZeRO stage z, w = bytes of the compute dtype):
 
-- **weights**: ``P x w`` (ZeRO-3: ``/ N``, plus the whole copy an RL engine samples with).
+- **weights**: ``P x w`` (ZeRO-3: ``/ N``, plus the whole copy an RL engine samples with); a stage that samples
+  with the engine adds its folded copy of a model of at most 1e9 parameters (``folded_weights``; 0 for Qwen3-4B).
 - **grads**: ``P x w`` as the backward accumulates them; ZeRO-2/3 reduce them into fp32 partitions, ``4P / N``.
 - **optimizer**: Adam's two fp32 moments ``8P`` and, when the parameters are half precision, their fp32 masters
   ``4P`` (``training.master_weights``, or DeepSpeed's bf16 optimiser), ``/ N`` under ZeRO >= 1; plus the step's
@@ -24,7 +25,8 @@ Parts, in bytes per GPU (P parameters, N = GPUs the stage runs on, ZeRO stage z,
   path counted), or the stage cannot sample at all. The teacher's: vLLM's ``gpu_memory_utilization`` share.
 - **workspace**: on a GPU the CUDA context, cuBLAS/NCCL workspaces and the allocator's fragmentation (1.5 GiB);
   the engine's (``engine_workspace``: a decode step with its float64 sampling tensors and the paged per-layer
-  gather, or one prefill group, the larger); ZeRO's reduce and all-gather buckets (``zero_buckets``).
+  gather, or one prefill group, the larger); what ZeRO-2 allocates to reduce the gradients (``zero_buckets``:
+  its two whole reduce buckets, a flattened bucket, an fp32 slice; its all-gather allocates nothing).
 
 A gated stage (base, sft) is the larger of itself and its gate's probe (``probe_budget``), which samples after it.
 
@@ -121,10 +123,10 @@ def mask_bytes(arch: Arch, w: int, rows: int, length: int, checkpointing: bool, 
     """The attention mask of one micro-batch.
 
     ``additive``: the 4-D float mask ``B x L^2 x w`` that the structured collator and ``recompute_logprobs`` build
-    (the RL update's causal layout too), one tensor every layer's attention saves. ``padding``: the [B, L] padding
+    for a structured grammar (on the device), one tensor every layer's attention saves. ``padding``: the [B, L] padding
     of a causal batch, which transformers expands to a bool ``B x L^2`` mask and which SDPA converts, in each layer,
     to a float mask of the compute dtype that the layer saves for its backward (``B x L^2 x w`` per layer kept;
-    one layer's with checkpointing). ``none``: plain causal attention, no mask.
+    one layer's with checkpointing). ``none``: SDPA's causal path, no mask (the RL update's causal grammar).
     """
     square = rows * length * length
     if mask == "additive":
@@ -249,6 +251,21 @@ def total(parts: Mapping[str, int], update: Update | None = None) -> int:
     return resident + max(grads + parts["kv_cache"], first_chunk, in_layer, end, step)
 
 
+ENGINE_FOLD_MAX_PARAMS = 1_000_000_000  # engine.runner.FOLD_MAX_PARAMS (a test keeps them equal; no torch here)
+
+
+def folded_weights(arch: Arch, w: int) -> int:
+    """The engine's own copy of a small model's weights (``engine.runner.FastRunner``, up to
+    ``ENGINE_FOLD_MAX_PARAMS`` parameters): each layer's projections fused and pre-transposed with the RMSNorms
+    folded in (qkv, o, gate_up, down) and lm_head times the final norm, ``[h, V]``, kept for the engine's life
+    (an RL stage's whole run, its update included); a larger model (Qwen3-4B) is read in place: 0."""
+    if arch.params > ENGINE_FOLD_MAX_PARAMS:
+        return 0
+    h = arch.hidden
+    layer = h * arch.q + 2 * h * arch.kv + arch.q * h + 3 * h * arch.intermediate
+    return (arch.layers * layer + arch.vocab * h) * w
+
+
 def decode_workspace(arch: Arch, w: int, rows: int) -> int:
     """The engine's decode step: one layer's activations and the rows' fp32 logits (twice: shaped and sampled)."""
     return rows * (layer_activation_bytes(arch, w) + 2 * 4 * arch.vocab)
@@ -299,27 +316,47 @@ def _zero(path: Any) -> int:
     return int(_zero_section(path).get("stage", 0))
 
 
-DS_REDUCE_BUCKET = 500_000_000  # DeepSpeed's defaults (elements) when the json names none
-DS_ALLGATHER_BUCKET = 500_000_000
+DS_REDUCE_BUCKET = 500_000_000  # DeepSpeed's default reduce_bucket_size (elements) when the json names none
+RL_AUTO_BUCKET = 500_000_000  # what training.rl_parallel.deepspeed_plugin writes for "auto" (accelerate has no model
+                              # to size it from there); the SFT Trainer's integration writes hidden x hidden
 
 
-def zero_buckets(arch: Arch, path: Any, w: int) -> int:
-    """ZeRO-2's communication buffers per GPU, from the DeepSpeed json: the gradient reduce bucket
-    (``reduce_bucket_size`` elements of the gradients' ``w`` bytes, two with ``overlap_comm``: DeepSpeed's
-    ``ipg_buffer``; "auto" is what the Trainer's integration fills in, hidden x hidden) and the all-gather of the
-    updated parameters (``allgather_bucket_size`` elements of ``w`` bytes, never more than the model); 0 without
-    ZeRO."""
+def largest_param(arch: Arch) -> int:
+    """The elements of the model's largest parameter (the embedding, or an MLP or attention projection)."""
+    return max(arch.vocab * arch.hidden, arch.hidden * arch.intermediate, arch.hidden * arch.q)
+
+
+def zero_buckets(arch: Arch, path: Any, w: int, gpus: int = 1, auto: int | None = None) -> int:
+    """What DeepSpeed ZeRO-1/2 allocates beside its partitions while a backward reduces the gradients, per GPU
+    (``deepspeed/runtime/zero/stage_1_and_2.py``, measured on the CPU rehearsal), from the DeepSpeed json:
+
+    - the gradient buckets (``setup_buckets``, at a backward's first gradient; freed at its end): ``torch.empty(
+      reduce_bucket_size)`` whole whatever the model's size, two with ``overlap_comm`` (double buffering), with
+      ``contiguous_gradients`` (DeepSpeed's default), in the parameters' dtype (``w``; ZeRO-1 with half-precision
+      parameters: its fp32 accumulator, 4 bytes). ``reduce_bucket_size`` "auto" is ``auto`` elements (the
+      launcher's: ``RL_AUTO_BUCKET`` for RL, hidden x hidden for the SFT Trainer); absent, DeepSpeed's 5e8;
+    - a bucket's reduction (``allreduce_bucket``): the slices bound for one rank flattened into one tensor, at most
+      a bucket's worth and one partition (``P / N`` elements), ``w`` bytes (bf16 communicates in bf16);
+    - with half-precision parameters the reduced slice cast to fp32 (``_add_to_grad_partition_buffer``) before it
+      is added into this rank's fp32 gradient partition: at most the largest parameter or a partition, 4 bytes.
+
+    The all-gather of the updated parameters (``allgather_bucket_size``) allocates nothing: DeepSpeed gathers into
+    the flat parameter groups in place (``all_gather_into_tensor``); ``allgather_bucket_size`` only shards the
+    legacy path, in views. 0 without ZeRO; ZeRO-3 is counted the same (its own buckets are not modelled)."""
     zero = _zero_section(path)
-    if int(zero.get("stage", 0)) < 1:
+    stage = int(zero.get("stage", 0))
+    if stage < 1:
         return 0
-
-    def elements(key: str, default: int) -> int:
-        value = zero.get(key, default)
-        return arch.hidden * arch.hidden if value == "auto" else int(float(value))
-
-    buffers = 2 if zero.get("overlap_comm") else 1
-    return (buffers * elements("reduce_bucket_size", DS_REDUCE_BUCKET) * w
-            + min(elements("allgather_bucket_size", DS_ALLGATHER_BUCKET), arch.params) * w)
+    value = zero.get("reduce_bucket_size", DS_REDUCE_BUCKET)
+    bucket = (auto or arch.hidden * arch.hidden) if value == "auto" else int(float(value))
+    partition = -(-arch.params // max(1, gpus))
+    buffers = 0
+    if zero.get("contiguous_gradients", True):
+        buffer_w = 4 if stage == 1 and w < 4 else w
+        buffers = (2 if zero.get("overlap_comm") else 1) * bucket * buffer_w
+    flattened = min(bucket, partition) * w
+    upcast = min(largest_param(arch), partition) * 4 if w < 4 else 0
+    return buffers + flattened + upcast
 
 
 def _kv(arch: Arch, w: int) -> int:
@@ -372,23 +409,26 @@ def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int | None
     is the engine's budget."""
     zero = _zero(_get(s, "deepspeed"))
     parts = states(arch.params, w, gpus, zero, trains=True, whole_copy=zero == 3)
+    parts["weights"] += folded_weights(arch, w)  # the engine's copy, beside the training model
     length = int(_get(s, "token_budget"))
     rows = int(_get(s, "micro_batch_size"))
     if int(_get(s, "micro_batch_tokens", 0) or 0):
         rows = max(1, min(rows, int(_get(s, "micro_batch_tokens")) // length))
     checkpointing = bool(_get(s, "gradient_checkpointing"))
-    # recompute_logprobs passes an additive 4-D mask in both modes (the causal layout is one too)
-    parts["activations"] = training_activations(arch, w, rows, length, checkpointing, mask="additive")
+    # recompute_logprobs: the causal grammar runs SDPA's is_causal path (no mask); a structured one the additive
+    # [B, 1, L, L] mask built on the device (modeling.attention.structured_batch_inputs)
+    mask = "additive" if str(_get(s, "mode")) == "structured" else "none"
+    parts["activations"] = training_activations(arch, w, rows, length, checkpointing, mask=mask)
     chunk = min(int(_get(s, "logprob_chunk_tokens", 1024)), rows * length)
     parts["logits"] = logits_bytes(arch, w, chunk)
     streams = int(_get(s, "rollout_batch_size"))
     rows_in_flight = streams * (int(_get(s, "num_paths", 1) or 1) if str(_get(s, "mode")) == "structured" else 1)
     prompts = min(streams, -(-streams // max(1, int(_get(s, "group_size", 1) or 1))))
     prompt_len = int(_get(s, "max_prompt_tokens", 0) or 0) or length
-    parts["workspace"] = (_workspace(capacity) + zero_buckets(arch, _get(s, "deepspeed"), w)
+    parts["workspace"] = (_workspace(capacity) + zero_buckets(arch, _get(s, "deepspeed"), w, gpus, RL_AUTO_BUCKET)
                           + engine_workspace(arch, w, rows_in_flight, length, prompts, prompt_len))
     update = Update(transient=step_transient(arch.params, w, gpus, zero),
-                    recomputed=recomputed_layer(arch, w, rows, length, checkpointing, "additive"),
+                    recomputed=recomputed_layer(arch, w, rows, length, checkpointing, mask),
                     head_grad=head_grad_bytes(arch, w), tied=arch.tied)
     return _with_cache(stage, parts, capacity, float(_get(s, "kv_cache_gib", 0.0) or 0.0),
                        float(_get(s, "gpu_memory_utilization", 0.9)), length * _kv(arch, w),
@@ -412,7 +452,7 @@ def sft_budget(arch: Arch, w: int, s, gpus: int, capacity: int | None) -> Budget
     parts["activations"] = training_activations(arch, wa, rows, length, checkpointing, mask=mask)
     parts["logits"] = logits_bytes(arch, wa, min(int(_get(s, "logit_chunk_tokens", 1024)), rows * length))
     parts["kv_cache"] = 0
-    parts["workspace"] = _workspace(capacity) + zero_buckets(arch, _get(s, "deepspeed"), wp)
+    parts["workspace"] = _workspace(capacity) + zero_buckets(arch, _get(s, "deepspeed"), wp, gpus)
     update = Update(transient=step_transient(arch.params, wp, gpus, zero, fused=not zero),
                     recomputed=recomputed_layer(arch, wa, rows, length, checkpointing, mask),
                     head_grad=head_grad_bytes(arch, wp), tied=arch.tied)
@@ -423,6 +463,7 @@ def _sampler_budget(stage: str, arch: Arch, w: int, capacity: int | None, batch:
                     mode: str, num_paths: int, cache_gib: float, utilization: float, prompt_len: int) -> Budget:
     """A model sampled by the engine (eval, a gate's probe): weights, the engine's workspaces, its KV cache."""
     parts = states(arch.params, w, 1, 0, trains=False)
+    parts["weights"] += folded_weights(arch, w)
     rows = batch * (num_paths if mode == "structured" else 1)
     max_len = prompt_len + max_new + 1
     if arch.max_positions:  # the engine refuses a prompt that would run past the model's positions

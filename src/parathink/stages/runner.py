@@ -360,7 +360,8 @@ def _run_and_publish(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDi
     ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
                        resolve_input=resolve)
     per_stage = memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
-    with memory.DevicePeak() as device_peak:  # the stage and its gate's probe: plan's device_memory covers both
+    # the stage and its gate's probe (plan's device_memory covers both); on a CPU only where asked for (scale=cpu)
+    with memory.DevicePeak(cfg.get("measure_device_memory")) as device_peak:
         with provenance.recording() as external:
             metrics = _call(stage, cfg, ctx)
         # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
