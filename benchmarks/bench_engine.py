@@ -11,6 +11,10 @@
 - ``constrained_*``: the same rollout under a KV budget of CONSTRAINED_FRACTION of what the unbudgeted engine
   allocates (``Engine(kv_cache_bytes=...)``: paged, preempting and recomputing): its throughput, preemptions,
   recomputed tokens, peak KV bytes, and how many sequences it sampled exactly as the unconstrained run did.
+- ``paged_vs_contiguous``: the same rollout with the paged cache forced (``kv_layout="paged"``, a budget that holds
+  every row's need: no preemption) over the contiguous cache, wall time (``_cpu``: CPU time); target >= 0.85.
+- ``fork_kv_peak``: a 4-path block forked after a long prompt, paged: its KV peak in tokens against the prompt held
+  once plus the paths (``target_tokens`` adds one block per path) and what copying the prefix into each path held.
 - ``vs_previous``: each speed figure over the same figure of the newest earlier result
   (``bench-results/engine-*.json``; every run also keeps its own timestamped copy there), so a slowdown shows.
 - ``max_logprob_diff_*``: engine log-probs against the training forward (``recompute_logprobs``), on the toy
@@ -42,7 +46,7 @@ ROLLOUT_PROMPTS, ROLLOUT_SAMPLES, ROLLOUT_TOKENS, ROLLOUT_BATCH = 8, 8, 96, 32
 CONSTRAINED_FRACTION = 0.25
 # Figures compared with the previous run (higher is faster).
 SPEED_KEYS = ("engine_tok_s", "engine_tok_per_cpu_s", "rollout_tok_s", "rollout_tok_per_cpu_s",
-              "constrained_rollout_tok_s", "constrained_rollout_tok_per_cpu_s")
+              "constrained_rollout_tok_s", "constrained_rollout_tok_per_cpu_s", "paged_vs_contiguous")
 
 
 def tiny_model():
@@ -184,6 +188,61 @@ def rollout(model, tok, rounds: int, quick: bool, sync=None) -> dict:
             "constrained_sequences": len(out["free"])}
 
 
+def paged_layout(model, tok, rounds: int, quick: bool, sync=None) -> dict:
+    """The paged KV cache forced (``kv_layout="paged"``) against the contiguous one on the rollout above, with a
+    budget that holds every row's actual need (no preemption): what reading KV through block tables costs
+    (``paged_vs_contiguous``, wall and CPU time; the contiguous cache's steps view a slice, the paged ones gather
+    whole blocks). And a 4-path block forked after a long prompt: its KV peak against the prompt held once plus the
+    paths (forks share the prefix's blocks), and what copying the prefix into every path held."""
+    from parathink.engine.kv_budget import BLOCK_TOKENS
+    from parathink.formats.layouts import TagIds
+
+    n_prompts, n_new = (4, 32) if quick else (ROLLOUT_PROMPTS, ROLLOUT_TOKENS)
+    prompts = [tok.encode(f"Problem: Tom has {i} apples and buys {i + 7} more. How many now?\nSolution:\n",
+                          add_special_tokens=False) for i in range(n_prompts)]
+    sampling = SamplingConfig(max_new_tokens=n_new, batch_size=ROLLOUT_BATCH, seed=0,
+                              logit_bias={tok.eos_token_id: NEG})
+    contiguous = Engine(model, tok, "parallel_r1", "causal", kv_layout="contiguous")
+    probe = Engine(model, tok, "parallel_r1", "causal", kv_layout="paged")
+    out: dict = {}
+
+    def run(engine, key):
+        out[key] = [s.response_ids for s in engine.generate(prompts, sampling, num_samples=ROLLOUT_SAMPLES)]
+
+    with torch.no_grad():
+        run(probe, "probe")  # the blocks the rollout holds at its peak: the budget below holds them all
+        need = probe.stats["peak_kv_bytes"] + (ROLLOUT_BATCH + 1) * BLOCK_TOKENS * probe.stats["kv_bytes_per_token"]
+        paged = Engine(model, tok, "parallel_r1", "causal", kv_layout="paged", kv_cache_bytes=need)
+        run(paged, "paged")
+        run(contiguous, "contiguous")
+        t = best({"contiguous": lambda: run(contiguous, "contiguous"), "paged": lambda: run(paged, "paged")},
+                 rounds, sync)
+    figures = {"paged_vs_contiguous": t["contiguous"] / t["paged"],
+               "paged_vs_contiguous_cpu": t["contiguous_cpu"] / t["paged_cpu"],
+               "paged_kv_budget_bytes": need, "paged_peak_kv_bytes": paged.stats["peak_kv_bytes"],
+               "paged_preemptions": paged.stats["preemptions"],
+               "paged_same_sequences": sum(a == b for a, b in zip(out["paged"], out["contiguous"])),
+               "paged_sequences": len(out["contiguous"])}
+    # A 4-path block after a long prompt: the opener's bias forks at once; the budget closes the paths.
+    ids = TagIds.from_tokenizer(tok, "parallel_r1").ids
+    prompt = tok.encode("Problem: " + " ".join(f"Tom has {i} apples." for i in range(40)) + "\nSolution:\n",
+                        add_special_tokens=False)
+    engine = Engine(model, tok, "parallel_r1", "structured", num_paths=4, kv_layout="paged")
+    fork = SamplingConfig(max_new_tokens=256, seed=0, logit_bias={ids["<Parallel>"]: 100.0, tok.eos_token_id: NEG})
+    with torch.no_grad():
+        sample = engine.generate([prompt], fork)[0]
+    layout = engine.layout(sample)
+    prefix = len(prompt) + 1  # the opener is in every path's cache
+    paths = int((layout.path_ids[len(prompt):] > 0).sum())
+    peak = engine.stats["peak_kv_bytes"] // engine.stats["kv_bytes_per_token"]
+    figures["fork_kv_peak"] = {"paths": 4, "blocks": sample.num_blocks, "prefix_tokens": prefix,
+                               "path_tokens": paths, "peak_kv_tokens": peak,
+                               "target_tokens": prefix + paths + 4 * BLOCK_TOKENS,
+                               "prefix_copied_tokens": 4 * prefix + paths, "within_target": peak <= prefix + paths
+                               + 4 * BLOCK_TOKENS}
+    return figures
+
+
 def vs_previous(figures: dict) -> dict:
     """Each speed figure over the newest earlier result's (absent when there is none to compare with)."""
     earlier = sorted((ROOT / "bench-results").glob("engine-*.json"))
@@ -230,9 +289,11 @@ def main() -> None:
     figures.update(fork_speedups(model, tok, [2, 4] if quick else [2, 4, 8, 16], 32 if quick else 128,
                                  1 if quick else 3))
     figures.update(rollout(model, tok, 1 if quick else 3, quick))
+    figures.update(paged_layout(model, tok, 1 if quick else 3, quick))
     figures.update(logprob_diffs(2 if quick else 4))
     figures["targets"] = {"engine_over_hf": 2.0, "fork_speedup": {"2": 1.6, "4": 3, "8": 5, "16": 8},
-                          "max_logprob_diff": 1e-4}
+                          "max_logprob_diff": 1e-4, "paged_vs_contiguous": 0.85,
+                          "fork_kv_peak": "prefix + 4 paths + one block per path"}
     figures.update(vs_previous(figures))
     path = write_result("engine", figures)
     # The run's own copy, for the next run's ``vs_previous`` (engine.json is overwritten each time).

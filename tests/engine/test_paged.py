@@ -159,7 +159,7 @@ def test_static_paged_decode_equals_contiguous(toy, watched, monkeypatch, budget
 def test_four_paths_hold_their_prefix_once():
     """A prefix of 100 entries forked into 4 paths of 40 each: the blocks held are the prefix's once, the paths',
     and at most one more per path (its copy of the prefix's partly filled block)."""
-    cache = PagedCache(layers=1, rows=4, kv_heads=1, max_len=200, head_dim=2, dtype=torch.float32,
+    cache = PagedCache(layers=1, rows=4, kv_heads=1, max_len=260, head_dim=2, dtype=torch.float32,
                        device=torch.device("cpu"), blocks=40)
     cache.begin_prefill(0, [100], 100)
     cache.write_prefill(0, 0, torch.ones(1, 1, 100, 2), torch.ones(1, 1, 100, 2))
@@ -171,6 +171,10 @@ def test_four_paths_hold_their_prefix_once():
     prefix, paths = blocks_for(100), 4 * blocks_for(40)
     assert cache.peak <= prefix + paths + 4
     assert cache.peak < 4 * blocks_for(140)  # what copying the prefix held
+    parked = [cache.take(r, 100) for r in (1, 2, 3)]  # three paths close; the merge appends them to row 0
+    for p in parked:
+        cache.append(0, p)
+    assert cache.lens[0] == 100 + 4 * 40 and cache.peak <= prefix + paths + 4
     cache.free_rows([0, 1, 2, 3])
     _whole(cache)
 

@@ -287,11 +287,20 @@ class PagedCache(Bounds):
             self.lens[row] = start + parked.n
             return
         self._own_tail(row, start)
-        self._grow(row, start + parked.n)
-        self._copy(self._slot_list(parked.blocks, parked.start, parked.start + parked.n),
-                   self._slot_list(self.blocks[row], start, start + parked.n))
-        self.lens[row] = start + parked.n
-        self.drop(parked)
+        # Block by block, each parked block released as soon as it is copied: the merge holds at most one block
+        # more than the row and the paths did (one copy of a whole path first would hold it twice).
+        at, end = parked.start, parked.start + parked.n
+        while at < end:
+            upto = min(end, (at // BLOCK_TOKENS + 1) * BLOCK_TOKENS)
+            n = self.lens[row] + upto - at
+            self._grow(row, n)
+            self._copy(self._slot_list(parked.blocks, at, upto), self._slot_list(self.blocks[row], self.lens[row], n))
+            self.lens[row] = n
+            self._release([parked.blocks[at // BLOCK_TOKENS]])
+            parked.blocks[at // BLOCK_TOKENS] = SINK  # released: not twice
+            at = upto
+        self._release([b for b in parked.blocks if b != SINK])  # an empty path's block, if any
+        parked.blocks = []
 
     def drop(self, parked: Parked) -> None:
         self._release(parked.blocks)
