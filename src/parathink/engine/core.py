@@ -138,7 +138,7 @@ class Engine:
     GPU when ``cuda_graphs``), ``auto`` (static on a GPU with the fast runner, else eager); see ``decode``.
     ``release()`` frees what the engine keeps between calls (the CUDA graphs and their input buffer).
     ``kv_cache_bytes``: the most KV cache a call holds (docs/gpu.md, "KV cache budget"). None, or a budget that
-    covers the worst case, allocates every row at the longest length up front (the contiguous, CUDA-graph path);
+    covers the worst case, allocates every row at the longest length up front (the contiguous path);
     a smaller one pages the cache in blocks, admits streams as blocks are free and preempts (then recomputes)
     the newest when the rows cannot grow. ``stats`` describes the last call (preemptions, peak KV bytes, ...).
     ``kv_layout``: ``auto`` (the above), ``paged`` (the block cache even where the budget, or no budget, covers the

@@ -4,9 +4,10 @@ The pool is ``kv`` [layers, 2 * kv_heads, blocks * BLOCK_TOKENS, head_dim] (keys
 flat run of slots; block b holds slots [b * BLOCK_TOKENS, (b + 1) * BLOCK_TOKENS). Row r's entry e lives in slot
 ``blocks[r][e // BLOCK_TOKENS] * BLOCK_TOKENS + e % BLOCK_TOKENS``: entries stay compacted from 0, as in
 ``RowCache``, so the runners' masks (``lens``) and the engine's forks, parks and merges read the same. What
-changes is where an entry lies, so a step gathers each layer's rows into a window [B, 2H, S, D] (one layer at a
-time: the workspace is 1/layers of the live window) instead of viewing a slice, and decodes eagerly (a CUDA graph
-would bake in one block table).
+changes is where an entry lies, so a step gathers each layer's rows' blocks whole (one ``index_select`` of
+[BLOCK_TOKENS, D] tiles per kv head, viewed as [B, 2H, S, D]; one layer at a time: the workspace is 1/layers of the
+live window, padded to the longest row's blocks) instead of viewing a slice. The step reads the block table from one
+device buffer (``device_table``), so a static step replays as a CUDA graph like the contiguous one (``decode``).
 
 Block 0 is a sink: prefill padding writes land there and gather padding reads it, so neither needs a block of its
 own. The pool is zeroed at allocation and only ever written with finite values, so every slot a masked read
