@@ -109,6 +109,8 @@ class VLLM:
 def load(name: str):
     from parathink.modeling import load_model
 
+    if not (MODELS[name] / "config.json").exists():
+        raise SystemExit(f"bench_peer: no model at {MODELS[name]} (make vllm-venv converts SmolLM2)")
     model, tok = load_model(MODELS[name], dtype="float32")
     # Forked paths sit after the prompt and the paths before them in position; RoPE has no limit of its own.
     model.config.max_position_embeddings = max(model.config.max_position_embeddings, 4096)
