@@ -154,7 +154,8 @@ def test_the_rl_pool_is_the_remainder_after_every_counted_workspace():
     assert gather_workspace(QWEN3_4B, 2, 512, 5000) == 512 * 5000 * 4096  # ~10 GB: the issue's figure
     assert sampling_workspace(QWEN3_4B, 512) == 512 * 151936 * 16
     buckets = zero_buckets(QWEN3_4B, "hydra_conf/deepspeed/zero2.json", 2, 8, 500_000_000)
-    assert buckets == 2 * 500_000_000 * 2 + 500_000_000 * 2 + 151936 * 2560 * 4  # see the test below
+    part, big = -(-QWEN3_4B.params // 8), 151936 * 2560
+    assert buckets == 2 * 500_000_000 * 2 + 500_000_000 * 2 + (part + 2 * big) * 2 + big * 4  # see the test below
     cfg = compose(["experiment=parallel_r1_seen"])
     budget = stage_budget(cfg, "rl_easy", 8, 80 * GIB)
     p = budget.parts
@@ -171,22 +172,31 @@ def _ds_json(tmp_path, **zero) -> str:
 def test_zero_buckets_are_what_deepspeed_allocates_to_reduce_the_gradients(tmp_path):
     """stage_1_and_2.py: two whole reduce buckets with overlap_comm (setup_buckets: torch.empty(reduce_bucket_size)
     whatever the model's size: 2 x 5e8 x 2 B for a 1M-parameter bf16 model, as the rehearsal measured), in the
-    parameters' dtype; a bucket's slices for one rank flattened (at most a partition); the fp32 cast of a reduced
-    slice (at most the largest parameter or a partition); the all-gather allocates nothing, whatever its size."""
+    parameters' dtype; with reduce_scatter every rank's slices of a bucket flattened for one all-reduce (the whole
+    bucket: at most the model); ZeRO-2's grads_in_partition (the parameters that touch this rank's partition, whole:
+    at most the partition and two parameters crossing its ends); the fp32 cast of a reduced slice (at most the
+    largest parameter or a partition); the all-gather allocates nothing, whatever its size."""
     from parathink.memory_model import RL_AUTO_BUCKET, largest_param, model_arch, zero_buckets
 
     tiny = model_arch({"source": "builtin:tiny_base", "config": json.loads(
         open("src/parathink/assets/tiny_base/config.json").read())})
-    part = -(-tiny.params // 2)
+    part, big = -(-tiny.params // 2), largest_param(tiny)
+    in_partition = min(tiny.params, part + 2 * big) * 2
     rl = zero_buckets(tiny, "hydra_conf/deepspeed/zero2.json", 2, 2, RL_AUTO_BUCKET)
-    assert rl == 2 * 500_000_000 * 2 + part * 2 + min(largest_param(tiny), part) * 4
-    assert 2_000_000_000 < rl < 2_013_055_364  # the buckets, and within the rehearsal's measured peak (05:52)
+    assert rl == 2 * 500_000_000 * 2 + tiny.params * 2 + in_partition + min(big, part) * 4
+    # the rehearsal's profile of unseen_s2's rl_hard (rank 0, at the backward's end): the flattened bucket
+    # 2,104,832 B (P x 2) and grads_in_partition 1,119,744 B, within what is counted for each
+    assert tiny.params * 2 == 2_104_832 and 1_119_744 <= in_partition
     sft = zero_buckets(tiny, "hydra_conf/deepspeed/zero2.json", 2, 2)  # "auto": the Trainer's hidden x hidden
-    assert sft == 2 * 128**2 * 2 + 128**2 * 2 + min(largest_param(tiny), part) * 4
+    assert sft == 2 * 128**2 * 2 + 128**2 * 2 + in_partition + min(big, part) * 4
     one = _ds_json(tmp_path, stage=2, reduce_bucket_size=1000, allgather_bucket_size=10**12)
-    assert zero_buckets(tiny, one, 4, 2) == 1000 * 4 + 1000 * 4  # one buffer, no fp32 cast of fp32 gradients
+    # one buffer, no fp32 cast of fp32 gradients
+    assert zero_buckets(tiny, one, 4, 2) == 1000 * 4 + 1000 * 4 + min(tiny.params, part + 2 * big) * 4
+    with_flat = zero_buckets(tiny, one, 4, 2)  # (_ds_json rewrites one file)
+    flat_free = _ds_json(tmp_path, stage=2, reduce_bucket_size=1000, reduce_scatter=False)
+    assert with_flat - zero_buckets(tiny, flat_free, 4, 2) == 1000 * 4  # without reduce_scatter: reduced in place
     assert zero_buckets(tiny, _ds_json(tmp_path, stage=1, overlap_comm=True, reduce_bucket_size=1000), 2, 2) == (
-        2 * 1000 * 4 + 1000 * 2 + min(largest_param(tiny), part) * 4)  # ZeRO-1 stages its fp32 accumulator
+        2 * 1000 * 4 + 1000 * 2 + min(big, part) * 4)  # ZeRO-1 stages its fp32 accumulator, copies no partition
     assert zero_buckets(tiny, _ds_json(tmp_path, stage=0), 2, 2) == 0 and zero_buckets(tiny, None, 2, 2) == 0
 
 

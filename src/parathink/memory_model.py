@@ -26,7 +26,8 @@ Parts, in bytes per GPU (P parameters, N = GPUs the stage runs on, ZeRO stage z,
 - **workspace**: on a GPU the CUDA context, cuBLAS/NCCL workspaces and the allocator's fragmentation (1.5 GiB);
   the engine's (``engine_workspace``: a decode step with its float64 sampling tensors and the paged per-layer
   gather, or one prefill group, the larger); what ZeRO-2 allocates to reduce the gradients (``zero_buckets``:
-  its two whole reduce buckets, a flattened bucket, an fp32 slice; its all-gather allocates nothing).
+  its two whole reduce buckets, a flattened bucket, ZeRO-2's copy of the rank's gradients, an fp32 slice; its
+  all-gather allocates nothing).
 
 A gated stage (base, sft) is the larger of itself and its gate's probe (``probe_budget``), which samples after it.
 
@@ -335,8 +336,16 @@ def zero_buckets(arch: Arch, path: Any, w: int, gpus: int = 1, auto: int | None 
       ``contiguous_gradients`` (DeepSpeed's default), in the parameters' dtype (``w``; ZeRO-1 with half-precision
       parameters: its fp32 accumulator, 4 bytes). ``reduce_bucket_size`` "auto" is ``auto`` elements (the
       launcher's: ``RL_AUTO_BUCKET`` for RL, hidden x hidden for the SFT Trainer); absent, DeepSpeed's 5e8;
-    - a bucket's reduction (``allreduce_bucket``): the slices bound for one rank flattened into one tensor, at most
-      a bucket's worth and one partition (``P / N`` elements), ``w`` bytes (bf16 communicates in bf16);
+    - a bucket's reduction (``average_tensor`` with ``reduce_scatter``, DeepSpeed's default, and its default
+      ``use_multi_rank_bucket_allreduce``: ``allreduce_and_scatter`` -> ``allreduce_bucket``): every rank's slices
+      of the bucket flattened into one tensor (``_flatten_dense_tensors``), the whole bucket's gradients, at most a
+      bucket and the model (``min(bucket, P)`` elements), ``w`` bytes (bf16 communicates in bf16); the rehearsal's
+      profile shows it at ``P x w``, not one rank's ``P / N``;
+    - ZeRO-2's copy of this rank's gradients (``copy_grads_in_partition``: ``grads_in_partition = torch.empty(
+      sum of params_in_partition)`` in the parameters' dtype, made at the backward's end beside the buckets): every
+      parameter that has an element in this rank's partition, whole, so at most the partition and the two
+      parameters that cross its ends (``P / N + 2 x largest_param``, at most ``P``); 1,119,744 B on the rehearsal's
+      rank 0 (559,872 elements against a bound of 662,144);
     - with half-precision parameters the reduced slice cast to fp32 (``_add_to_grad_partition_buffer``) before it
       is added into this rank's fp32 gradient partition: at most the largest parameter or a partition, 4 bytes.
 
@@ -354,9 +363,12 @@ def zero_buckets(arch: Arch, path: Any, w: int, gpus: int = 1, auto: int | None 
     if zero.get("contiguous_gradients", True):
         buffer_w = 4 if stage == 1 and w < 4 else w
         buffers = (2 if zero.get("overlap_comm") else 1) * bucket * buffer_w
-    flattened = min(bucket, partition) * w
+    # every rank's slices of a bucket are flattened for one all-reduce (reduce_scatter); without it the bucket is
+    # reduced in place
+    flattened = min(bucket, arch.params) * w if zero.get("reduce_scatter", True) else 0
+    in_partition = min(arch.params, partition + 2 * largest_param(arch)) * w if stage == 2 else 0
     upcast = min(largest_param(arch), partition) * 4 if w < 4 else 0
-    return buffers + flattened + upcast
+    return buffers + flattened + in_partition + upcast
 
 
 def _kv(arch: Arch, w: int) -> int:

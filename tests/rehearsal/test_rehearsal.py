@@ -50,19 +50,11 @@ def rehearse(experiment: str, run_dir: Path, stage_cache: Path, port: int) -> su
 
 
 def memory_overruns(run_dir: Path, stages: list[str]) -> list[str]:
-    """Stages whose measured peak exceeds their estimate, or that recorded none (``device_memory`` in
-    ``<stage>/_timings.json``)."""
-    bad = []
-    for name in stages:
-        if name not in MODEL_STAGES:
-            continue
-        timings = run_dir / name / "_timings.json"
-        memory = json.loads(timings.read_text()).get("device_memory") if timings.exists() else None
-        if not memory:
-            bad.append(f"{name}: no device_memory in {timings.name}")
-        elif memory["peak_gib"] > memory["estimate_gib"]:
-            bad.append(f"{name}: peak {memory['peak_gib']:.4f} GiB > estimate {memory['estimate_gib']:.4f} GiB")
-    return bad
+    """Stages whose measured peak exceeds their estimate, or that recorded none or no peak (``device_memory`` in
+    ``<stage>/_timings.json``; ``parathink.memory.check_run`` compares bytes and names a stage it could not check)."""
+    from parathink.memory import check_run
+
+    return check_run(run_dir, [name for name in stages if name in MODEL_STAGES])
 
 
 def record(experiment: str, seconds: float, cpu: float, run_dir: Path, stages: dict) -> None:
