@@ -323,3 +323,26 @@ def test_a_run_records_its_stages_device_memory_as_its_setting_asks(curriculum, 
     assert runner.main_run(curriculum.overrides(*extra, stages=("prep",))) == 0
     record = json.loads((curriculum.tmp / "run" / "prep" / "_timings.json").read_text())["device_memory"]
     assert record["measured_by"] == measured_by and (record["peak_bytes"] is None) == (setting is None)
+
+
+def test_rl_update_terms_bound_every_micro_batch_a_run_can_form():
+    """A micro-batch is at most micro_batch_size rows of at most token_budget tokens and, with micro_batch_tokens,
+    at most that many padded tokens: 7 rows of 140 tokens fit micro_batch_tokens=1,000 beside token_budget=256,
+    980 padded tokens that tokens // token_budget rows (3 x 256 = 768) would under-count."""
+    from parathink.memory_model import recomputed_layer, rl_budget, training_activations
+    from parathink.training.rl import micro_batches
+
+    arch = QWEN3_4B
+    section = {"deepspeed": None, "token_budget": 256, "micro_batch_size": 8, "micro_batch_tokens": 1000,
+               "gradient_checkpointing": True, "mode": "structured", "num_paths": 2, "logprob_chunk_tokens": 4096,
+               "rollout_batch_size": 8, "group_size": 4, "max_prompt_tokens": 64, "kv_cache_gib": 1.0}
+    lengths = [140] * 8
+    formed = micro_batches(list(range(8)), lengths, 8, 1000)
+    assert max(len(b) for b in formed) == 7  # what training.rl forms
+    budget = rl_budget(arch, 2, section, "rl_hard", 1, None)
+    for rows, length in ((7, 140), (3, 256), (1, 256)):
+        assert budget.parts["activations"] >= training_activations(arch, 2, rows, length, True, mask="additive")
+        assert budget.update.recomputed >= recomputed_layer(arch, 2, rows, length, True, mask="additive")
+    assert budget.parts["logits"] == 1000 * arch.vocab * 12  # one chunk: the padded tokens, fewer than 4,096
+    unbounded = rl_budget(arch, 2, {**section, "micro_batch_tokens": 0}, "rl_hard", 1, None)
+    assert unbounded.parts["activations"] == training_activations(arch, 2, 8, 256, True, mask="additive")

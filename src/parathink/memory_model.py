@@ -422,16 +422,23 @@ def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int | None
     zero = _zero(_get(s, "deepspeed"))
     parts = states(arch.params, w, gpus, zero, trains=True, whole_copy=zero == 3)
     parts["weights"] += folded_weights(arch, w)  # the engine's copy, beside the training model
+    # A sampled row is at most token_budget tokens (its prompt and RLConfig.response_tokens: token_budget less the
+    # call's longest prompt), a micro-batch at most micro_batch_size rows (training.rl.micro_batches) padded to
+    # its longest: whatever a run samples, at most rows x token_budget padded tokens, and with micro_batch_tokens
+    # at most that many (a row longer goes alone). Every term below grows with the padded tokens and, the masks,
+    # with tokens x row length, so the largest micro-batch a run can form bounds them.
     length = int(_get(s, "token_budget"))
     rows = int(_get(s, "micro_batch_size"))
+    padded = rows * length
     if int(_get(s, "micro_batch_tokens", 0) or 0):
-        rows = max(1, min(rows, int(_get(s, "micro_batch_tokens")) // length))
+        padded = min(padded, max(int(_get(s, "micro_batch_tokens")), length))
     checkpointing = bool(_get(s, "gradient_checkpointing"))
     # recompute_logprobs: the causal grammar runs SDPA's is_causal path (no mask); a structured one the additive
     # [B, 1, L, L] mask built on the device (modeling.attention.structured_batch_inputs)
     mask = "additive" if str(_get(s, "mode")) == "structured" else "none"
-    parts["activations"] = training_activations(arch, w, rows, length, checkpointing, mask=mask)
-    chunk = min(int(_get(s, "logprob_chunk_tokens", 1024)), rows * length)
+    # per row of token_budget tokens, times the rows' worth of padded tokens (exact when padded = rows x length)
+    parts["activations"] = training_activations(arch, w, 1, length, checkpointing, mask=mask) * padded // length
+    chunk = min(int(_get(s, "logprob_chunk_tokens", 1024)), padded)
     parts["logits"] = logits_bytes(arch, w, chunk)
     streams = int(_get(s, "rollout_batch_size"))
     rows_in_flight = streams * (int(_get(s, "num_paths", 1) or 1) if str(_get(s, "mode")) == "structured" else 1)
@@ -440,7 +447,7 @@ def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int | None
     parts["workspace"] = (_workspace(capacity) + zero_buckets(arch, _get(s, "deepspeed"), w, gpus, RL_AUTO_BUCKET)
                           + engine_workspace(arch, w, rows_in_flight, length, prompts, prompt_len))
     update = Update(transient=step_transient(arch.params, w, gpus, zero),
-                    recomputed=recomputed_layer(arch, w, rows, length, checkpointing, mask),
+                    recomputed=recomputed_layer(arch, w, 1, length, checkpointing, mask) * padded // length,
                     head_grad=head_grad_bytes(arch, w), tied=arch.tied)
     return _with_cache(stage, parts, capacity, float(_get(s, "kv_cache_gib", 0.0) or 0.0),
                        float(_get(s, "gpu_memory_utilization", 0.9)), length * _kv(arch, w),
