@@ -346,3 +346,16 @@ def test_rl_update_terms_bound_every_micro_batch_a_run_can_form():
     assert budget.parts["logits"] == 1000 * arch.vocab * 12  # one chunk: the padded tokens, fewer than 4,096
     unbounded = rl_budget(arch, 2, {**section, "micro_batch_tokens": 0}, "rl_hard", 1, None)
     assert unbounded.parts["activations"] == training_activations(arch, 2, 8, 256, True, mask="additive")
+
+
+def test_the_cpu_peak_counts_a_tensor_freed_off_the_profiled_thread_once_its_address_is_reused():
+    """memory.live_peak: the profiler records no free made on a thread it does not follow (gloo's worker dropping
+    DeepSpeed's flattened bucket); an allocation at an address still live means the earlier tensor was freed.
+    A free of a tensor made before the stage lowers the total; a free and an allocation at one instant: free first."""
+    from parathink.memory import live_peak
+
+    unrecorded_free = [(1, 100, 0xA), (2, 100, 0xA), (3, 100, 0xA)]  # one tensor live at a time
+    assert live_peak(unrecorded_free) == 100
+    assert live_peak([(1, 100, 0xA), (2, 50, 0xB), (3, -100, 0xA), (4, 70, 0xC)]) == 150
+    assert live_peak([(1, -40, 0xF), (2, 100, 0xA)]) == 60  # 0xF was made before the stage
+    assert live_peak([(1, 100, 0xA), (2, 100, 0xB), (2, -100, 0xA)]) == 100

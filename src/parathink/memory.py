@@ -113,16 +113,9 @@ class DevicePeak:
         if self.measured_by == "cuda.max_memory_allocated":
             self.peak = int(torch.cuda.max_memory_allocated())
         elif self._profiling:
-            from torch.autograd import DeviceType, _disable_profiler
+            from torch.autograd import _disable_profiler
 
-            result = _disable_profiler()
-            events = sorted((e.start_ns(), e.nbytes()) for e in result.events()
-                            if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
-            running = peak = 0
-            for _, nbytes in events:  # an allocation is positive, a free negative
-                running += nbytes
-                peak = max(peak, running)
-            self.peak = peak
+            self.peak = live_peak(cpu_allocations(_disable_profiler()))
 
     def record(self, estimate_bytes: int | None) -> dict:
         """The ``device_memory`` section of ``_timings.json``: the estimate ``plan`` printed and the peak."""
@@ -130,6 +123,43 @@ class DevicePeak:
                 "estimate_bytes": estimate_bytes,
                 "peak_gib": None if self.peak is None else round(self.peak / GIB, 6), "peak_bytes": self.peak,
                 "measured_by": self.measured_by}
+
+
+def cpu_allocations(result) -> list[tuple[int, int, int]]:
+    """(time ns, bytes: + allocated / - freed, address) of every CPU storage event in a profiler result, from its
+    event tree (the flat event list carries no address)."""
+    from torch._C._profiler import _EventType
+
+    out, stack = [], list(result.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.tag == _EventType.Allocation:
+            fields = node.extra_fields
+            if fields.device.type == "cpu":
+                out.append((node.start_time_ns, fields.alloc_size, fields.ptr))
+        else:
+            stack.extend(node.children)
+    return out
+
+
+def live_peak(events) -> int:
+    """The peak of live bytes over ``events`` (time, +/- bytes, address), in time order (a free first at a tie).
+
+    The profiler records a free only on a thread it follows: a tensor whose last reference another thread drops
+    (gloo's worker, done with DeepSpeed's flattened bucket) is freed unrecorded, and a plain running sum counts it
+    live to the end (the rehearsal's RL peaks varied by multiples of that 2,104,832 B bucket from run to run). The
+    allocator hands out only free addresses, so an allocation at an address still live marks the earlier tensor
+    freed. A free with no allocation seen (a tensor made before the stage) lowers the total, as the sum did."""
+    live: dict[int, int] = {}
+    running = peak = 0
+    for _, nbytes, ptr in sorted(events, key=lambda e: (e[0], e[1])):
+        if nbytes > 0:
+            running += nbytes - live.pop(ptr, 0)
+            live[ptr] = nbytes
+        else:
+            running -= live.pop(ptr, -nbytes)
+        peak = max(peak, running)
+    return peak
 
 
 def over_estimate(stage_dir, name: str | None = None) -> str | None:
