@@ -3,12 +3,14 @@ hydra_conf/form_allowlist.yaml before anything is composed or imported; the comm
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parathink import cli, form_policy
+from parathink.errors import ConfigError
 
 TRUSTED = ["experiment=parallel_r1_seen", "run_dir=s3://parathink/runs/t", "stages=[teacher]"]
 
@@ -314,3 +316,18 @@ def test_fuzz_the_whole_form_check(prefix, key, value):
             form_policy.check(TRUSTED, [f"{prefix}{key}={value}"], _FUZZ_POLICY[0])
         except ConfigError as err:
             assert "\n" not in str(err) and SECRET not in str(err)
+
+
+def test_a_plug_in_stage_s_new_section_is_judged_by_its_keys(monkeypatch):
+    """``+prep.steps=2`` adds the mapping ``prep`` as well as its key: with ``prep.*`` on a widened list the form may
+    add it (the DAG tests' plug-in curricula), an empty ``+prep={}`` is judged by its own path, and a key outside
+    the list is refused whatever mapping it arrives in."""
+    stage = Path(__file__).parent / "stages" / "resume_stage.py"
+    trusted = [*TRUSTED, f"+stage_modules.prep={stage}"]
+    monkeypatch.setenv(form_policy.WIDEN_ENV, "prep.*")
+    form_policy.check(trusted, ["+prep.steps=2", "+prep.calls=/tmp/calls.jsonl"], form_policy.load())
+    with pytest.raises(ConfigError, match=r"it (sets|changes) prep, which the trigger form may not set"):
+        form_policy.check(trusted, ["+prep={}"], form_policy.load())
+    monkeypatch.setenv(form_policy.WIDEN_ENV, "prep.steps")
+    with pytest.raises(ConfigError, match="prep.calls"):
+        form_policy.check(trusted, ["+prep.steps=2", "+prep.calls=/tmp/calls.jsonl"], form_policy.load())

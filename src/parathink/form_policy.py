@@ -333,8 +333,13 @@ def check(trusted: Sequence[str], form: Sequence[str], allowlist: Allowlist, *,
     chosen = {o.partition("=")[0] for o in form if o.partition("=")[0] in allowlist.groups}
     roots = data_roots(before_cfg.get("cluster"), env)
     stages = _stage_names(before_cfg)
-    for path in sorted(set(before) | set(after), key=lambda p: tuple(map(str, p))):
-        if before.get(path) == after.get(path) or not path:
+    changed = [p for p in set(before) | set(after) if p and before.get(p) != after.get(p)]
+    # A container that was added, removed or retyped with something inside it is judged by what is inside it (each
+    # of those paths changed too and is checked below): `+prep.calls=...` adds the mapping `prep` as well, and
+    # `prep.*` on the allowlist permits it. An empty one is judged by its own path.
+    holders = {p[:i] for p in changed for i in range(1, len(p))}
+    for path in sorted(changed, key=lambda p: tuple(map(str, p))):
+        if path in holders and len(after.get(path, before.get(path))) == 1:
             continue
         dotted = ".".join(map(str, path))
         by_group = str(path[0]) in chosen  # inside the package of a file the form chose by name
