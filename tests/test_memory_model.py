@@ -151,7 +151,8 @@ def test_the_rl_pool_is_the_remainder_after_every_counted_workspace():
     gather (512 rows x 5,000 x 4 KiB), float64 sampling, ZeRO-2's buckets, the CUDA context."""
     from parathink.memory_model import gather_workspace, sampling_workspace, stage_budget, zero_buckets
 
-    assert gather_workspace(QWEN3_4B, 2, 512, 5000) == 512 * 5000 * 4096  # ~10 GB: the issue's figure
+    # ~10 GB, the issue's figure: whole 16-token blocks, 5,000 tokens -> 313 blocks = 5,008 slots a row
+    assert gather_workspace(QWEN3_4B, 2, 512, 5000) == 512 * 5008 * 4096
     assert sampling_workspace(QWEN3_4B, 512) == 512 * 151936 * 16
     buckets = zero_buckets(QWEN3_4B, "hydra_conf/deepspeed/zero2.json", 2, 8, 500_000_000)
     part, big = -(-QWEN3_4B.params // 8), 151936 * 2560

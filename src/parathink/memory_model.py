@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parathink.engine.kv_budget import PREFILL_TOKENS, dtype_bytes, kv_bytes_per_token
+from parathink.engine.kv_budget import BLOCK_TOKENS, PREFILL_TOKENS, blocks_for, dtype_bytes, kv_bytes_per_token
 from parathink.errors import ConfigError
 
 GIB = 2**30
@@ -280,8 +280,9 @@ def sampling_workspace(arch: Arch, rows: int) -> int:
 
 def gather_workspace(arch: Arch, w: int, rows: int, max_len: int) -> int:
     """The paged cache's per-layer window (``engine.paged``): one layer's keys and values of every row in flight
-    gathered from their blocks, [rows, 2 kv_heads, S_max, head_dim] (4 KiB a token for Qwen3-4B in bf16)."""
-    return rows * max_len * 2 * arch.kv * w
+    gathered from their blocks, whole 16-token blocks ([rows, 2 kv_heads, blocks x BLOCK_TOKENS, head_dim]: the
+    longest row's blocks, 4 KiB a token for Qwen3-4B in bf16)."""
+    return rows * blocks_for(max_len) * BLOCK_TOKENS * 2 * arch.kv * w
 
 
 def prefill_workspace(arch: Arch, w: int, prompts: int, prompt_len: int) -> int:
