@@ -102,6 +102,17 @@ def test_batch_size_caps_the_rows_in_flight(toy, budget):
     assert len(samples) == 18 and engine.stats["max_rows_in_flight"] == 3
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "paged"])
+def test_batch_size_caps_the_streams_so_forks_fill_the_rows_allocated_for_them(toy, layout):
+    # ParaThinker forks every stream at once: batch_size streams of 2 paths are 2 x batch_size rows (what the
+    # cache holds), not batch_size rows (a bench at 64 rows of 4 paths once ran 16 at a time, 4x the steps).
+    model, tok = toy
+    engine = Engine(model, tok, "parathinker", "structured", num_paths=2, kv_layout=layout)
+    sampling = SamplingConfig(max_new_tokens=NEW, seed=0, batch_size=3)
+    samples = engine.generate([prompt_ids(tok, "parathinker", i) for i in range(6)], sampling, num_samples=3)
+    assert len(samples) == 18 and engine.stats["max_rows_in_flight"] == 6
+
+
 @pytest.mark.parametrize("mode", ["causal", "structured"])
 def test_a_budget_too_small_for_one_row_is_one_line(toy, mode):
     smallest = _tight(toy, "parallel_r1", mode, margin=1.0)

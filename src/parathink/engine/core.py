@@ -316,6 +316,9 @@ class _Run(BudgetScheduler):
         self.path_close = engine.tags.path_close if engine.tags is not None else frozenset()
         # Per path: the closers that are not its own (none where every path closes with one tag: </Path>, </step>).
         self.other_closers = [sorted(set(self.path_close) - {c}) for c in self.g.path_close] if self.g else []
+        # What a path row may never sample (EOS and the other paths' closers), per path, on the device: banned for
+        # all of a path's rows in one write a step (as (row, token) pairs: 16 a row with ParaThinker, every step).
+        self.path_bans = [upload([*sorted(self.eos), *c], torch.long, device) for c in self.other_closers]
         self.bias = None
         if sampling.logit_bias:
             bias = torch.zeros(vocab)
@@ -338,13 +341,18 @@ class _Run(BudgetScheduler):
             logits = []
             if n_old:
                 logits.append(self._decode(n_old))
-            room = self.s.batch_size - n_old
-            per_seq = self.e.num_paths if (self.structured and self.e.grammar == "parathinker") else 1
+            # batch_size caps the streams in flight, not the rows: a forked stream's paths are the rows the cache
+            # was sized for (batch_size x num_paths). Counting ParaThinker's paths against it would run a quarter
+            # of the rows a 4-path call allocated, at four times the steps.
+            room = self.s.batch_size - self._streams()
             if pending and (not n_old or room >= max(1, self.s.batch_size // 4)):
-                take = max(1, room // per_seq)
-                logits.append(self._admit([pending.popleft() for _ in range(min(take, len(pending)))]))
+                logits.append(self._admit([pending.popleft() for _ in range(min(room, len(pending)))]))
             self.max_rows = max(self.max_rows, len(self.rows))
             self._step(torch.cat(logits) if len(logits) > 1 else logits[0])
+
+    def _streams(self) -> int:
+        """Sequences in flight (``SamplingConfig.batch_size`` caps them; a forked one has a row per open path)."""
+        return len({id(r.seq) for r in self.rows})
 
     def stats(self) -> dict:
         """What the call held and did: the KV it allocated and its peak (bytes), preemptions, recomputed tokens."""
@@ -440,9 +448,11 @@ class _Run(BudgetScheduler):
     def _left(self, s: _Seq, this_step: int) -> int:
         return self.s.max_new_tokens - s.used - self._need(s) - this_step
 
-    def _plan_budget(self) -> list[tuple[int, int]]:
-        """Per row, before sampling: cut sequences out of budget; return tokens to ban as (row, token)."""
+    def _plan_budget(self) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
+        """Per row, before sampling: cut sequences out of budget; return tokens to ban as (row, token), and per
+        path the rows that ban its ``path_bans``."""
         bans: list[tuple[int, int]] = []
+        path_rows: dict[int, list[int]] = {}
         by_seq: dict[int, list[int]] = {}
         for i, r in enumerate(self.rows):
             by_seq.setdefault(id(r.seq), []).append(i)
@@ -460,10 +470,10 @@ class _Run(BudgetScheduler):
                 if r.forced:
                     continue
                 if r.path >= 0:
-                    bans += [(i, t) for t in (*self.eos, *self.other_closers[r.path])]
+                    path_rows.setdefault(r.path, []).append(i)
                     continue
                 bans += self._main_bans(i, s, left)
-        return bans
+        return bans, path_rows
 
     def _main_bans(self, i: int, s: _Seq, left: int) -> list[tuple[int, int]]:
         """Tokens the main stream may not sample now: openers whose closers no longer fit."""
@@ -535,14 +545,22 @@ class _Run(BudgetScheduler):
         """Each row's token (drawn, or the one the engine decides) and its raw log-prob, read back to the host in
         one transfer: the step's one host sync, which the grammar, the budget and the forks depend on."""
         logp = torch.log_softmax(logits, -1)  # [B, V] raw, temperature 1: what training recomputes
-        bans = self._plan_budget()
+        bans, path_rows = self._plan_budget()
         shaped = logits if self.bias is None else logits + self.bias
         if self.seen is not None:
             in_path = upload([r.path >= 0 for r in self.rows], torch.bool, self.device)[:, None]
             shaped = torch.where(in_path, penalise_repeats(shaped, self.seen[:len(self.rows)], self.penalty), shaped)
-        if bans:
-            rows_t, toks_t = upload(list(zip(*bans)), torch.long, self.device)
-            shaped = shaped.index_put((rows_t, toks_t), self.neg_inf)
+        if bans or path_rows:
+            # In place where ``shaped`` is already this step's own copy: out of place, every step of a forked call
+            # copied the whole [B, V] logits once more (70 ms a step at 256 rows of a 151k vocabulary, on a CPU).
+            if shaped is logits:
+                shaped = shaped.clone()
+            if bans:
+                rows_t, toks_t = upload(list(zip(*bans)), torch.long, self.device)
+                shaped.index_put_((rows_t, toks_t), self.neg_inf)
+            for path, rows in path_rows.items():
+                shaped.index_put_((upload(rows, torch.long, self.device)[:, None], self.path_bans[path][None]),
+                                  self.neg_inf)
         x = upload([self._fixed(), self._bits()], torch.long, self.device)  # [2, B]
         drawn = draw(shaped, self.s.temperature, self.s.top_p, x[1])  # [B]
         scored = torch.where(x[0] >= 0, x[0], drawn)  # [B]

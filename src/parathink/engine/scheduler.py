@@ -15,9 +15,9 @@ open block) with the structured layout's mask and positions, from which its rows
 paths are copied. Its next token is then drawn from the same counter-based uniform as it would have been
 (``sampling``), so preemption changes what runs when, not what is sampled.
 
-``SamplingConfig.batch_size`` caps the rows a stream is admitted or recomputed next to (forks add rows on top,
-as without a budget); blocks, not rows, decide whether one fits. Admission keeps one spare block per row in
-flight, so a stream admitted now is not the one preempted at the next block boundary.
+``SamplingConfig.batch_size`` caps the streams in flight, as without a budget (a forked stream has a row per open
+path, so up to batch_size x num_paths rows); blocks, not rows, decide whether one more fits. Admission keeps one
+spare block per row in flight, so a stream admitted now is not the one preempted at the next block boundary.
 """
 
 from __future__ import annotations
@@ -111,14 +111,14 @@ class BudgetScheduler:
 
     def _admissible(self, pending, per_seq: int, spare: int) -> list:
         """The prompts to admit now: while rows and blocks allow (one spare block kept per row in flight)."""
-        group, rows = [], len(self.rows)
-        while pending and (rows + per_seq <= self.s.batch_size or rows == 0):
+        group, rows, streams = [], len(self.rows), self._streams()
+        while pending and (streams < self.s.batch_size or rows == 0):
             cost = blocks_for(len(pending[0].prompt)) * per_seq
             if rows and cost + rows > spare:
                 break
             group.append(pending.popleft())
             spare -= cost
-            rows += per_seq
+            rows, streams = rows + per_seq, streams + 1
         return group
 
     # ----------------------------------------------------------------------------------------------- recompute
@@ -127,7 +127,7 @@ class BudgetScheduler:
         while self.waiting:
             s = self.waiting[0]
             plan = self._plan(s)
-            if self.rows and len(self.rows) + len(plan["rows"]) > self.s.batch_size:
+            if self.rows and self._streams() >= self.s.batch_size:
                 break
             if plan["cost"] > spare:
                 if self.rows:
