@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from parathink.modeling.cpu_sdpa import ensure_cpu_sdpa
 from parathink.modeling.paths import CONFIG_KEY, install_path_vectors
 from parathink.modeling.tags import add_tag_tokens
 
@@ -168,6 +169,7 @@ def load_model(path_or_uri: str | os.PathLike, *, device: str | torch.device = "
         _load_path_vectors(model, Path(local))
     if add_tags:
         add_tag_tokens(model, tok)
+    ensure_cpu_sdpa()
     return model.to(device).eval(), tok
 
 
@@ -201,6 +203,7 @@ def build_tiny_model(model_cfg, tokenizer):
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, **arch)
     config._attn_implementation = model_cfg.get("attn_implementation", "sdpa")
     torch.manual_seed(int(model_cfg.get("init_seed", 0)))
+    ensure_cpu_sdpa()
     return Qwen3ForCausalLM(config)
 
 
