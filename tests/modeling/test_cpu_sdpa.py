@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from parathink.modeling import cpu_sdpa
@@ -29,30 +30,28 @@ def test_bf16_attention_runs_under_the_lowest_kernel_family():
     assert error < 0.05, out.stdout
 
 
-def test_a_failing_flash_kernel_turns_the_backend_off(monkeypatch):
+@pytest.fixture
+def fresh_probe():
+    """ensure_cpu_sdpa as in a new process, and the global flash flag as it was afterwards."""
+    cpu_sdpa.ensure_cpu_sdpa.cache_clear()
+    before = torch.backends.cuda.flash_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_flash_sdp(before)
+    cpu_sdpa.ensure_cpu_sdpa.cache_clear()
+
+
+def test_a_failing_flash_kernel_turns_the_backend_off(monkeypatch, fresh_probe):
     """Stand-in for the torch failure: probe_error reports it for the first probe only (the math backend then runs)."""
     answers = iter(["pack_vnni2 is only supported when avx512 is supported", None])
     monkeypatch.setattr(cpu_sdpa, "probe_error", lambda dtype: next(answers))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    cpu_sdpa.ensure_cpu_sdpa.cache_clear()
-    before = torch.backends.cuda.flash_sdp_enabled()
-    try:
-        found = cpu_sdpa.ensure_cpu_sdpa()
-        assert "pack_vnni2" in found and "torch.bfloat16" in found
-        assert not torch.backends.cuda.flash_sdp_enabled()
-    finally:
-        torch.backends.cuda.enable_flash_sdp(before)
-        cpu_sdpa.ensure_cpu_sdpa.cache_clear()
+    found = cpu_sdpa.ensure_cpu_sdpa()
+    assert "pack_vnni2" in found and "torch.bfloat16" in found
+    assert not torch.backends.cuda.flash_sdp_enabled()
 
 
-def test_a_working_kernel_is_left_alone(monkeypatch):
+def test_a_working_kernel_is_left_alone(monkeypatch, fresh_probe):
     monkeypatch.setattr(cpu_sdpa, "probe_error", lambda dtype: None)
-    cpu_sdpa.ensure_cpu_sdpa.cache_clear()
-    before = torch.backends.cuda.flash_sdp_enabled()
     torch.backends.cuda.enable_flash_sdp(True)
-    try:
-        assert cpu_sdpa.ensure_cpu_sdpa() is None
-        assert torch.backends.cuda.flash_sdp_enabled()
-    finally:
-        torch.backends.cuda.enable_flash_sdp(before)
-        cpu_sdpa.ensure_cpu_sdpa.cache_clear()
+    assert cpu_sdpa.ensure_cpu_sdpa() is None
+    assert torch.backends.cuda.flash_sdp_enabled()

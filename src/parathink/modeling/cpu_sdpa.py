@@ -7,6 +7,7 @@ an AVX2 host) every half-precision SDPA call of 64 tokens or more then raises "p
 avx512 is supported" (torch 2.13). SDPA's math backend computes the same attention, slower. :func:`ensure_cpu_sdpa`
 probes once per process and, where the probe raises, turns the flash backend off; a process with a GPU keeps it
 (the flag is global, and its training runs on the GPU's kernels) and is warned instead.
+Every model parathink runs comes through ``load_model`` or ``build_tiny_model``, which call it.
 """
 
 from __future__ import annotations

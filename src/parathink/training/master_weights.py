@@ -24,8 +24,6 @@ from collections.abc import Iterable
 
 import torch
 
-from parathink.modeling.cpu_sdpa import ensure_cpu_sdpa
-
 HALF = (torch.bfloat16, torch.float16)
 
 
@@ -40,7 +38,6 @@ def to_half_keeping_masters(model, dtype: torch.dtype) -> list[torch.Tensor]:
     The masters take over the fp32 storage (no copy), so loading a checkpoint in fp32 and calling this costs one fp32
     copy of the model, not two. Buffers keep their dtype, as ``from_pretrained(dtype=...)`` leaves them.
     """
-    ensure_cpu_sdpa()  # half-precision attention on this CPU (modeling.cpu_sdpa)
     masters = []
     for p in model.parameters():
         if not p.requires_grad:
