@@ -108,7 +108,7 @@ def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine") -> dic
     from omegaconf import OmegaConf
 
     from parathink.modeling import load_tokenizer
-    from parathink.stages import timings
+    from parathink.rundir import timings
     from parathink.stages.context import StageContext
     from parathink.training.rl import RLConfig, setup_problems, train
 

@@ -266,7 +266,7 @@ def test_device_peak_counts_a_stages_live_tensors_and_over_estimate_compares(tmp
     import torch
 
     from parathink.memory import DevicePeak, check_run, over_estimate
-    from parathink.stages import timings
+    from parathink.rundir import timings
 
     before = torch.ones(2**20)  # noqa: F841 - alive throughout, allocated before: not the stage's
     with DevicePeak(True) as peak:  # measure_device_memory=true (scale=cpu)
@@ -293,7 +293,7 @@ def test_the_cpu_peak_is_measured_only_where_asked_for(tmp_path, monkeypatch):
     import torch
 
     from parathink.memory import DevicePeak, check_run, measures_cpu
-    from parathink.stages import timings
+    from parathink.rundir import timings
 
     monkeypatch.delenv("PARATHINK_CPU_PEAK", raising=False)
     assert (measures_cpu(None), measures_cpu(False), measures_cpu(True)) == (False, False, True)

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from servers import sqlite_store
 
 import parathink
-from parathink.stages.manifest import MANIFEST, tree_hashes
+from parathink.rundir.manifest import MANIFEST, tree_hashes
 
 STAGE_FILE = str(Path(__file__).parent / "stages" / "resume_stage.py")
 SRC = str(Path(parathink.__file__).parents[1])

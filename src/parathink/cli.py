@@ -92,7 +92,7 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     named is checked before any lock is broken: the run directory exists, each name is a stage's (no path), and the
     run directory has a lock, an output or scratch for it."""
     from parathink.errors import ParathinkError
-    from parathink.stages.lock import break_lock, describe, known_stage
+    from parathink.rundir.lock import break_lock, describe, known_stage
 
     try:
         for stage in args.stages:

@@ -208,7 +208,7 @@ class RootConfig:
     cache_dir: str | None = None
     # A store of published stage outputs shared by run directories (a local folder or s3:// prefix; null: none): a
     # stage whose config, seed and inputs another run directory already computed is copied from it, checked file by
-    # file, instead of run (parathink.stages.stage_cache, docs/reliability.md).
+    # file, instead of run (parathink.rundir.cache, docs/reliability.md).
     stage_cache: str | None = None
     stage_modules: dict[str, str] = field(default_factory=dict)
     # full: the sizes the experiment gives | cpu: its code paths at toy sizes on a CPU (hydra_conf/scale/cpu.yaml)

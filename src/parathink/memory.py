@@ -166,7 +166,7 @@ def over_estimate(stage_dir, name: str | None = None) -> str | None:
     """One line when the stage published in ``stage_dir`` (a folder or ``s3://`` prefix) peaked above its estimate,
     or recorded no figures to compare; None when its peak is within its estimate or it holds no model (no
     estimate). The rehearsal's check (docs/gpu.md, "Memory ledger")."""
-    from parathink.stages import timings
+    from parathink.rundir import timings
 
     name = name or str(stage_dir).rstrip("/").rsplit("/", 1)[-1]
     record = timings.read(stage_dir).get("device_memory")

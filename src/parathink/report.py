@@ -121,7 +121,7 @@ def render(experiment: str, run_dir: str, stages: list[str], run: dict, manifest
 
 def write(rundir, experiment: str, stages: list[str]) -> str:
     """Writes ``report.md`` (and its figure) into the run directory; returns the report's location."""
-    from parathink.stages.confine import inside
+    from parathink.rundir.confine import inside
     from parathink.tracking.plots import PLOT_DIR, write_run_plots
 
     manifests = {name: (asdict(m) if (m := rundir.manifest(name)) is not None else None) for name in stages}
@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
     import argparse
 
     from parathink.errors import BadInput, ParathinkError
-    from parathink.stages.rundir import RunDir
+    from parathink.rundir.folder import RunDir
 
     p = argparse.ArgumentParser(prog="parathink report", description=main.__doc__)
     p.add_argument("run_dir", help="a run directory, local or s3://")

@@ -8,8 +8,9 @@ import sys
 from hydra import compose, initialize_config_dir
 
 from parathink.config import config_dir
+from parathink.rundir import timings
 from parathink.stages import filter as filter_stage
-from parathink.stages import teacher, timings
+from parathink.stages import teacher
 from parathink.stages.context import StageContext
 
 

@@ -12,8 +12,8 @@ import re
 import subprocess
 import sys
 
-from parathink.stages import timings
-from parathink.stages.manifest import MANIFEST
+from parathink.rundir import timings
+from parathink.rundir.manifest import MANIFEST
 
 STAGES = ("base", "teacher", "filter")
 

@@ -14,8 +14,8 @@ import pytest
 from servers import moto_s3
 
 from parathink import storage
+from parathink.rundir.manifest import MANIFEST
 from parathink.stages import runner
-from parathink.stages.manifest import MANIFEST
 
 
 def manifest(run_dir, stage) -> dict:
@@ -77,7 +77,7 @@ def test_a_killed_holder_leaves_no_lock_behind(curriculum, tmp_path):
 
 def test_an_expired_s3_lease_is_taken_over_and_unlock_breaks_a_live_one(tmp_path, capsys):
     from parathink.cli import main as cli
-    from parathink.stages.lock import LockHeld, StageLock
+    from parathink.rundir.lock import LockHeld, StageLock
 
     with moto_s3("runs"):
         dead = StageLock("s3://runs/x", "prep", ttl_s=1, heartbeat=False)
@@ -98,7 +98,7 @@ def test_an_expired_s3_lease_is_taken_over_and_unlock_breaks_a_live_one(tmp_path
 
 
 def test_a_renewed_lease_does_not_expire_and_a_lost_one_refuses_to_publish(tmp_path):
-    from parathink.stages.lock import LockHeld, LockLost, StageLock
+    from parathink.rundir.lock import LockHeld, LockLost, StageLock
 
     with moto_s3("runs"):
         live = StageLock("s3://runs/y", "prep", ttl_s=2)

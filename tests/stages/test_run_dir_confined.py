@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from parathink.rundir.confine import OutsideRunDir
+from parathink.rundir.folder import RunDir
+from parathink.rundir.lock import StageLock, break_lock
+from parathink.rundir.manifest import MANIFEST, Manifest, ManifestDamaged, combined_hash
 from parathink.stages import runner
-from parathink.stages.confine import OutsideRunDir
-from parathink.stages.lock import StageLock, break_lock
-from parathink.stages.manifest import MANIFEST, Manifest, ManifestDamaged, combined_hash
-from parathink.stages.rundir import RunDir
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from parathink.rundir.manifest import MANIFEST
 from parathink.stages import runner
-from parathink.stages.manifest import MANIFEST
 
 
 def manifest(run_dir, stage) -> dict:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from parathink import storage
+from parathink.rundir.manifest import MANIFEST
 from parathink.stages import runner
-from parathink.stages.manifest import MANIFEST
 
 STAGES = ["prep", "train", "tune"]
 

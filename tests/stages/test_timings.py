@@ -1,7 +1,7 @@
-"""parathink.stages.timings: what a run measured goes beside its output, outside the output hash."""
+"""parathink.rundir.timings: what a run measured goes beside its output, outside the output hash."""
 
-from parathink.stages import timings
-from parathink.stages.manifest import tree_hashes
+from parathink.rundir import timings
+from parathink.rundir.manifest import tree_hashes
 
 
 def test_split_keeps_the_content_and_takes_out_the_named_keys():

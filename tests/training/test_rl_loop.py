@@ -16,7 +16,7 @@ import torch
 from rl_helpers import KillAt, assert_trained, rl_cfg, sampled_batch, step_rows, train_standalone
 
 from parathink.errors import ConfigError
-from parathink.stages import timings
+from parathink.rundir import timings
 from parathink.training.rl import TrainingDiverged
 
 pytestmark = pytest.mark.usefixtures("rl_test_setup")

@@ -93,7 +93,7 @@ def test_a_stage_under_a_tiny_kv_budget_trains_exactly_as_without(tiny_checkpoin
     # ~840 tokens of this model's 128 bytes a token, against 32 prompts x 70 tokens unbounded
     tight, _ = train_standalone(rl_cfg(steps=2, checkpoint_every=10, kv_cache_gib=1e-4), tmp_path / "tight",
                                 tiny_checkpoint)
-    from parathink.stages import timings
+    from parathink.rundir import timings
 
     held = [timings.read(ctx.out_dir)["steps"] for ctx in (free, tight)]
     assert all(t["kv_preemptions"] == 0 for t in held[0]) and sum(t["kv_preemptions"] for t in held[1]) > 0

@@ -31,9 +31,10 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from parathink import jsonl, provenance
+from parathink import jsonl
 from parathink.data import verl
 from parathink.errors import BadInput
+from parathink.rundir import provenance
 
 
 class SourceError(BadInput):

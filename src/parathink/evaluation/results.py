@@ -6,7 +6,7 @@ PairedDelta}}}``. A set named ``<set>@N`` is the set scored at N paths (ParaThin
 a file that is not one with a one-line ``BadInput`` naming it.
 
 A row's wall-clock figures (``TIMED``) are not written into results.json, which is hashed with eval's output, but
-into the ``results`` section of ``_timings.json`` beside it (``parathink.stages.timings``); ``read`` puts them back
+into the ``results`` section of ``_timings.json`` beside it (``parathink.rundir.timings``); ``read`` puts them back
 in their rows, so every reader of a run's eval sees the rows whole.
 """
 
@@ -88,7 +88,7 @@ def parse(text: str | bytes, where: str) -> Results:
 def read(folder: str | Path) -> Results:
     """``<folder>/results.json`` (a local folder or an ``s3://`` prefix), its rows with their times."""
     from parathink import storage
-    from parathink.stages import timings
+    from parathink.rundir import timings
 
     location = storage.join(folder, FILE)
     results = parse(storage.read_bytes(location), location)
@@ -102,7 +102,7 @@ def read(folder: str | Path) -> Results:
 
 def write(results: Results, folder: Path) -> Path:
     """results.json without the rows' times, which go to ``_timings.json``; returns the results.json written."""
-    from parathink.stages import timings
+    from parathink.rundir import timings
 
     made, measured = dict(results), {}
     made["stages"] = {}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parathink.errors import ConfigError
-from parathink.stages.manifest import DEFAULT_SHARED_KEYS
+from parathink.rundir.manifest import DEFAULT_SHARED_KEYS
 
 if TYPE_CHECKING:
     from parathink.quality.expectations import Expectation
@@ -41,7 +41,7 @@ class StageSpec:
     # Under a multi-process launch: True runs it on every process (each writes only on rank 0), False on rank 0
     # while the others wait (parathink.distributed).
     data_parallel: bool = False
-    # The keys outside its own section that it reads: they enter its config hash (parathink.stages.manifest).
+    # The keys outside its own section that it reads: they enter its config hash (parathink.rundir.manifest).
     shared_keys: tuple[str, ...] = DEFAULT_SHARED_KEYS
     # Short overrides of `parathink stage NAME` (filter's input=...) rewritten before the config is composed.
     expand_overrides: Callable[[list[str]], list[str]] | None = None

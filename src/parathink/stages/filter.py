@@ -5,7 +5,7 @@ Reads raw traces (``filter.input``, default the teacher stage's ``raw.jsonl``), 
 and ``report.json`` (rates per source and level, reasons histogram, bad input lines with file, line and why). The
 report names its input as the run names it (``teacher/raw.jsonl``, or ``filter.input`` as configured), never by the
 folder it was read from, and its time goes to ``_timings.json``: the same traces give the same output hash in any
-run directory (``parathink.stages.timings``).
+run directory (``parathink.rundir.timings``).
 Its gate (``gate``, run by the runner on the finished output: ``parathink.quality.data_gates.filter_gate``) is the
 great-expectations suite of the accepted traces, with data docs in ``_gates/``; a failed gate exits with code 3.
 """
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from parathink import jsonl, provenance
+from parathink import jsonl
 from parathink.quality.data_gates import filter_gate
 from parathink.quality.filter_config import FilterStageConfig
 from parathink.quality.thresholds import FilterThresholds
-from parathink.stages import timings
+from parathink.rundir import provenance, timings
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
 

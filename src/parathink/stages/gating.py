@@ -23,9 +23,9 @@ from parathink.quality import GateFailed
 from parathink.quality.expectations import Verdict, markdown_table, summary_line, text_table
 from parathink.quality.gate import GateInput, gate_section
 from parathink.quality.thresholds import check_thresholds
-from parathink.stages.confine import inside
+from parathink.rundir.confine import inside
+from parathink.rundir.manifest import GATES, Manifest
 from parathink.stages.contract import StageSpec
-from parathink.stages.manifest import GATES, Manifest
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
 

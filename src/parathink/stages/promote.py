@@ -80,7 +80,7 @@ def _describe(version) -> dict:
 
 def run(cfg: DictConfig, ctx: StageContext) -> dict:
     from parathink.quality import GateFailed
-    from parathink.stages.rundir import RunDir
+    from parathink.rundir.folder import RunDir
     from parathink.tracking import reachable, registry
 
     rundir = RunDir(str(cfg.run_dir), cfg.get("cache_dir"))

@@ -9,7 +9,7 @@ Per stage (docs/design.md, "The curriculum"):
 2. a stage whose published manifest has the same config hash, whose recorded inputs still have the same
    output hashes, and whose files are intact is skipped;
 3. otherwise, with a ``stage_cache`` set, an output of the same stage, config, seed and inputs that another run
-   directory stored there is checked file by file and published as this one's (``parathink.stages.stage_cache``);
+   directory stored there is checked file by file and published as this one's (``parathink.rundir.cache``);
 4. otherwise ``run(cfg, ctx)`` writes into a fresh temp folder; ``ctx.work_dir`` survives a kill (the stage
    keeps checkpoints there) unless the config hash changed; on return the runner hashes the outputs, writes
    the manifest and publishes atomically (and stores it in the stage cache), then clears ``work_dir``.
@@ -36,7 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from parathink import cluster, distributed, memory, provenance, storage
+from parathink import cluster, distributed, memory, storage
 from parathink.config import compose
 from parathink.errors import ConfigError, Unavailable
 from parathink.evaluation import results as results_file
@@ -45,12 +45,13 @@ from parathink.jsonl import load_record
 from parathink.logs import log, metrics_tail
 from parathink.quality import GateFailed
 from parathink.redact import redact_text
-from parathink.stages import BUILTIN, gating, timings
+from parathink.rundir import provenance, timings
+from parathink.rundir.cache import EntryDamaged, Hit, StageCache
+from parathink.rundir.folder import RunDir, warn
+from parathink.rundir.manifest import GATES, Manifest, config_hash, stage_config
+from parathink.stages import BUILTIN, gating
 from parathink.stages.context import StageContext
 from parathink.stages.contract import StageSpec, spec_of
-from parathink.stages.manifest import GATES, Manifest, config_hash, stage_config
-from parathink.stages.rundir import RunDir, warn
-from parathink.stages.stage_cache import EntryDamaged, Hit, StageCache
 
 ATTEMPT = "_attempt.json"  # in work_dir: which config hash the scratch belongs to
 
@@ -209,7 +210,7 @@ def run_stage(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, trac
               procs: distributed.Group | None = None) -> dict:
     """Run (or skip) one stage; returns its manifest as a dict.
 
-    Rank 0 holds the stage's lock (``parathink.stages.lock``) from the up-to-date check to the publish, so no other
+    Rank 0 holds the stage's lock (``parathink.rundir.lock``) from the up-to-date check to the publish, so no other
     process runs or publishes this stage meanwhile. Under a multi-process launch (``procs.size`` > 1) rank 0
     decides, tracks and publishes; a ``data_parallel`` stage runs on every process (each writes
     its outputs only on rank 0), any other runs on rank 0 while the rest wait.
@@ -294,7 +295,7 @@ def _skip(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDir, tracking
     return {"stage": name, "status": status, **json.loads(published.to_json())}
 
 
-# ---------------------------------------------------------------- the stage cache (parathink.stages.stage_cache)
+# ---------------------------------------------------------------- the stage cache (parathink.rundir.cache)
 
 def _from_cache(cache: StageCache, name: str, chash: str, seed: int, rundir: RunDir) -> Hit | None:
     """Publish the stage's output from the cache when an entry was made from what this run directory holds; the

@@ -1,4 +1,4 @@
-"""Conditional writes on S3: the primitives of a lease (``parathink.stages.lock``).
+"""Conditional writes on S3: the primitives of a lease (``parathink.rundir.lock``).
 
 S3 applies ``If-None-Match: *`` (create only when absent) and ``If-Match: ETAG`` (replace or delete only the
 version read) atomically on the server, so two writers racing for one key cannot both win. Ages are measured on

@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from parathink.evaluation import results as results_file
 from parathink.jsonl import load_record
 from parathink.redact import recorded_config, redact_text
-from parathink.stages.manifest import GATES, config_hash
-from parathink.stages.timings import TIMINGS
+from parathink.rundir.manifest import GATES, config_hash
+from parathink.rundir.timings import TIMINGS
 from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
 from parathink.tracking.datasets import log_datasets, stage_datasets
 from parathink.tracking.flavor import is_transformers_checkpoint

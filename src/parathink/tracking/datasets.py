@@ -3,7 +3,7 @@
 Two kinds, both already in the stage's manifest: the outputs of earlier stages it read (``inputs``: stage -> output
 hash) and files read from outside the run directory (``external``: URI -> the fingerprint of each file, SHA-256
 locally, the ETag on S3). A data snapshot that changes changes its digest here and makes the stage stale
-(``parathink.provenance``), so the digest MLflow shows is the one the rerun decision used.
+(``parathink.rundir.provenance``), so the digest MLflow shows is the one the rerun decision used.
 """
 
 from __future__ import annotations

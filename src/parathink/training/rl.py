@@ -52,7 +52,7 @@ import torch
 from parathink import distributed, jsonl, storage
 from parathink.errors import ConfigError, ParathinkError
 from parathink.logs import log
-from parathink.stages import timings
+from parathink.rundir import timings
 from parathink.training import rl_checkpoint
 from parathink.training.checkpointing import enable_checkpointing
 from parathink.training.losses import NORMALISERS, grpo_loss
@@ -632,7 +632,7 @@ def probe_summary(start: list[dict], end: list[dict], reward_fn, grammar: str, s
 
 
 # A step's wall-clock figures: to the tracker with the rest, but kept out of metrics.jsonl (hashed with the output)
-# in a file of their own, published as the ``steps`` of ``_timings.json`` (parathink.stages.timings).
+# in a file of their own, published as the ``steps`` of ``_timings.json`` (parathink.rundir.timings).
 # How the engine held the step's rollouts (its KV budget's peak, preemptions and recomputed tokens): what the machine
 # did, not what was learnt (a bounded cache samples the same tokens), so kept out of metrics.jsonl with the times.
 ENGINE_STATS = {"peak_kv_bytes": "kv_peak_gib", "preemptions": "kv_preemptions", "recomputed_tokens": "kv_recomputed"}

@@ -31,10 +31,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import parathink
-from parathink import provenance, storage
+from parathink import storage
 from parathink.errors import StageInputStale
 from parathink.quality import GateFailed
-from parathink.stages.manifest import MANIFEST, Manifest, ManifestDamaged, tree_hashes
+from parathink.rundir import provenance
+from parathink.rundir.manifest import MANIFEST, Manifest, ManifestDamaged, tree_hashes
 
 
 class EntryDamaged(ValueError):

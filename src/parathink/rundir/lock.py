@@ -32,7 +32,7 @@ from pathlib import Path
 from parathink import storage
 from parathink.errors import BadInput, Unavailable
 from parathink.logs import log
-from parathink.stages.confine import inside
+from parathink.rundir.confine import inside
 from parathink.storage import conditional
 
 LOCKS = ".locks"

@@ -4,13 +4,13 @@ Layout (``<root>`` is ``run_dir``)::
 
     <root>/run.json                 the run: experiment, MLflow parent run id, per-stage status
     <root>/<stage>/...              a stage's published outputs, ending with _manifest.json
-    <root>/.locks/<stage>.lock      held while a process runs the stage (parathink.stages.lock)
+    <root>/.locks/<stage>.lock      held while a process runs the stage (parathink.rundir.lock)
     <local>/.work/<stage>/          the stage's persistent scratch (checkpoints: a killed stage resumes)
     <local>/.tmp/<stage>/           where ``run`` writes before the output is published
 
 ``<local>`` is ``<root>`` for a local run directory and a cache folder for an S3 one (scratch and temp
 space must be local disk; inputs are downloaded there on demand). No folder or file of these is created, written,
-read as an output or removed through a symlink that leads out of ``<local>`` (``parathink.stages.confine``): it is
+read as an output or removed through a symlink that leads out of ``<local>`` (``parathink.rundir.confine``): it is
 refused in one line, exit 2. Publishing is atomic: locally, the
 finished temp folder (manifest included) is renamed into place; on S3, the old manifest is deleted first, then
 every file is uploaded, then the manifest last, recording each object's ETag, so a reader that trusts manifests
@@ -32,13 +32,14 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from parathink import provenance, storage
+from parathink import storage
 from parathink.errors import StageInputStale, Unavailable
 from parathink.jsonl import parse_object
 from parathink.logs import log
-from parathink.stages.confine import inside
-from parathink.stages.lock import LOCKS, StageLock, check_name
-from parathink.stages.manifest import GATES, MANIFEST, Manifest, ManifestDamaged
+from parathink.rundir import provenance
+from parathink.rundir.confine import inside
+from parathink.rundir.lock import LOCKS, StageLock, check_name
+from parathink.rundir.manifest import GATES, MANIFEST, Manifest, ManifestDamaged
 from parathink.storage import digest
 
 

@@ -1,6 +1,6 @@
 """What a stage measured about its own run: ``<stage>/_timings.json``, published with the output, never hashed.
 
-A stage's output hash (``parathink.stages.manifest.tree_hashes``) is what the next stages' up-to-date checks, the
+A stage's output hash (``parathink.rundir.manifest.tree_hashes``) is what the next stages' up-to-date checks, the
 registry's versions and MLflow's dataset digests compare, so it has to name the content: the same config, seed and
 inputs give the same bytes, whichever directory or machine the run went to. Wall-clock times and rates differ from
 one run to the next, so no hashed file carries them; they go here (docs/reliability.md, "What is hashed and why").

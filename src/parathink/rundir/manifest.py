@@ -13,7 +13,7 @@ still hold (``parathink.stages.runner.is_up_to_date``). An output copied from th
 manifest and says where it came from (``origin``: that run directory and the cache key).
 
 The output hash covers every file of the folder but three: this manifest, ``_gates/`` and ``_timings.json`` (what
-the run measured about itself, ``parathink.stages.timings``). So two runs of the same config, seed and inputs into
+the run measured about itself, ``parathink.rundir.timings``). So two runs of the same config, seed and inputs into
 two directories publish the same hash (docs/reliability.md, "What is hashed and why").
 
 A manifest that cannot be read as one (not JSON, not an object, a key missing or of the wrong type, an output
@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from parathink.jsonl import parse_object
 from parathink.redact import recordable, redact
-from parathink.stages.timings import TIMINGS
+from parathink.rundir.timings import TIMINGS
 from parathink.storage import StorageError, safe_join
 from parathink.storage.digest import file_sha256, local_meta  # noqa: F401  (file_sha256: re-exported)
 
@@ -142,7 +142,7 @@ class Manifest:
     duration_s: float = 0.0
     mlflow_run_id: str | None = None
     gates: dict | None = None  # the quality gate's verdict (parathink.quality.expectations.Verdict.to_record)
-    # Where a stage cache hit came from (parathink.stages.stage_cache): {run_dir: the run that produced the output,
+    # Where a stage cache hit came from (parathink.rundir.cache): {run_dir: the run that produced the output,
     # key: its cache key}; None for an output produced in its own run directory.
     origin: dict | None = None
     version: int = VERSION
