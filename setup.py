@@ -2,7 +2,7 @@
 
 Users edit the configs in ``hydra_conf/`` at the top of the checkout (one place); an installed wheel (the trainer
 image, a KFP component, ``pip install parathink-*.whl``) has no checkout, so the build copies that folder into the
-package and ``parathink.config.config_dir`` finds it there. An editable install reads the checkout directly.
+package and ``parathink.pipeline.compose.config_dir`` finds it there. An editable install reads the checkout directly.
 """
 
 import shutil

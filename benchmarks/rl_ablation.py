@@ -172,7 +172,7 @@ def stage(init_dir: Path, steps: int, seed: int, overrides: list[str], work: Pat
     an uninterrupted one (the step's problems and draws are functions of the step and seed)."""
     import copy
 
-    from parathink.config import compose
+    from parathink.pipeline.compose import compose
     from parathink.stages.context import StageContext
     from parathink.stages.rl import rl_config
     from parathink.training import rl_checkpoint

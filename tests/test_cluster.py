@@ -6,8 +6,8 @@ import re
 import pytest
 
 from parathink import cli, cluster
-from parathink.config import compose
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import compose
 
 
 def test_gpu_profile_places_gpu_stages_on_the_pool_and_the_rest_on_cpu():
@@ -44,7 +44,7 @@ def test_local_profile_has_no_gpu_stage_and_overrides_apply_per_stage():
     ("cluster.volume={claim:runs,mount_path:relative}", "cluster.volume.mount_path: must be an absolute path"),
 ])
 def test_bad_profile_values_name_the_key(override, message):
-    """Refused while composing (a choice or a count: parathink.config_schema) or by the plan (the rest)."""
+    """Refused while composing (a choice or a count: parathink.pipeline.schema) or by the plan (the rest)."""
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         cluster.plan(compose(["experiment=parallel_r1_seen", override]), ["sft"])
 

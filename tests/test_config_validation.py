@@ -1,4 +1,4 @@
-"""One rule for every key of the composed config (parathink.config_schema, issue 43 item 1): an unknown key, a wrong
+"""One rule for every key of the composed config (parathink.pipeline.schema, issue 43 item 1): an unknown key, a wrong
 type or a value out of bounds, in any stage section or config group, is one line naming the full key, exit 2, before
 anything runs.
 
@@ -15,12 +15,12 @@ import typing
 import pytest
 from omegaconf import OmegaConf
 
-from parathink import cli, cluster, config_schema
-from parathink.config import compose, config_dir
+from parathink import cli, cluster
 from parathink.config_fields import optional_of, requirement
-from parathink.config_schema import GROUPS, RootConfig
 from parathink.errors import BadInput, ConfigError
-from parathink.stages import runner
+from parathink.pipeline import runner, schema
+from parathink.pipeline.compose import compose, config_dir
+from parathink.pipeline.schema import GROUPS, RootConfig
 
 BASE = compose([])
 VALUES = OmegaConf.to_container(BASE)
@@ -84,7 +84,7 @@ def with_value(key: str, value) -> OmegaConf:
 
 def refusal(cfg) -> str:
     with pytest.raises(ConfigError) as e:
-        config_schema.check(cfg)
+        schema.check(cfg)
     line = str(e.value)
     assert "\n" not in line and line.startswith("config: "), line
     return line
@@ -145,7 +145,7 @@ def test_a_large_negative_number_is_refused_before_any_stage_runs(key):
     cfg = with_value(key, -10**6 if isinstance(OmegaConf.select(BASE, key), int) else -1e6)
     top = key.split(".")[0]
     with pytest.raises((ConfigError, BadInput)) as e:
-        config_schema.check(cfg)
+        schema.check(cfg)
         runner.validate(cfg, [top] if top not in GROUPS and "." in key else [str(s) for s in cfg.stages])
     assert key in str(e.value) and "\n" not in str(e.value)
 
@@ -173,9 +173,9 @@ def test_a_stage_override_for_a_stage_that_does_not_exist_is_refused():
 def test_the_schema_s_lists_are_the_code_s():
     from parathink.modeling.factory import _DTYPES
 
-    assert set(config_schema.DTYPES) == set(_DTYPES)
-    assert {f.name for f in dataclasses.fields(config_schema.ClusterProfile)} == cluster.PROFILE_KEYS
-    assert config_schema.TRACKING_BACKENDS == runner.TRACKING_BACKENDS
+    assert set(schema.DTYPES) == set(_DTYPES)
+    assert {f.name for f in dataclasses.fields(schema.ClusterProfile)} == cluster.PROFILE_KEYS
+    assert schema.TRACKING_BACKENDS == runner.TRACKING_BACKENDS
 
 
 ISSUE_KEYS = ["sft", "eval", "filter", "teacher", "gates", "rl_hard"]  # issue 43's bar
@@ -243,4 +243,4 @@ def test_the_issue_s_values_are_refused_in_one_line(key, value, line):
 
 
 def test_the_largest_seed_is_accepted():
-    config_schema.check(with_value("seed", 2**32 - 1))
+    schema.check(with_value("seed", 2**32 - 1))

@@ -153,7 +153,7 @@ def test_the_check_sees_a_cycle_and_a_private_name(tmp_path, monkeypatch):
 def test_planning_the_whole_curriculum_imports_no_torch():
     """`parathink plan` validates every stage (sft and the RL stages among them) without torch, as the
     orchestrator image must (tests/deploy/test_images.py runs it where torch is not installed at all)."""
-    code = ("import sys, json; from parathink.stages.runner import main_plan; "
+    code = ("import sys, json; from parathink.pipeline.runner import main_plan; "
             "assert main_plan(['experiment=tiny']) == 0; "
             "print(json.dumps(sorted(m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -8,7 +8,6 @@ import re
 import pytest
 
 from parathink import cli, cluster
-from parathink.config import compose
 from parathink.errors import ConfigError
 from parathink.memory_model import (
     GIB,
@@ -23,6 +22,7 @@ from parathink.memory_model import (
     total,
     training_activations,
 )
+from parathink.pipeline.compose import compose
 
 QWEN3_4B = Arch(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, intermediate=9728, vocab=151936)
 
@@ -317,7 +317,7 @@ def test_the_cpu_peak_is_measured_only_where_asked_for(tmp_path, monkeypatch):
 def test_a_run_records_its_stages_device_memory_as_its_setting_asks(curriculum, setting, measured_by, monkeypatch):
     """parathink run: every stage's _timings.json has device_memory; on a CPU measured only when
     measure_device_memory=true (what scale=cpu sets)."""
-    from parathink.stages import runner
+    from parathink.pipeline import runner
 
     monkeypatch.delenv("PARATHINK_CPU_PEAK", raising=False)
     extra = [f"measure_device_memory={setting}"] if setting else []

@@ -10,8 +10,8 @@ import pytest
 from pod_security import violations
 
 from parathink import cli, cluster, podspec
-from parathink.config import compose
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import compose
 
 K8S_VERSION = kubernetes_validate.latest_version()
 EXPERIMENTS = ["tiny", "parallel_r1_seen", "npr", "parathinker"]

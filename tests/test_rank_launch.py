@@ -64,7 +64,7 @@ def test_rank_0s_code_wins_then_the_lowest_failed_rank(codes, code):
 
 
 def test_run_starts_under_the_largest_launch_of_its_single_node_stages():
-    from parathink.config import compose
+    from parathink.pipeline.compose import compose
 
     cfg = compose(["experiment=parallel_r1_seen"])
     assert launch.run_launch_of(cfg, [str(s) for s in cfg.stages]) == [

@@ -113,7 +113,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``parathink plan``; the overrides after ``--form`` came from an Airflow trigger form and are held to the
     allowlist before anything is composed or imported (the DAG's first task runs this on the worker)."""
     from parathink.errors import ConfigError
-    from parathink.stages.runner import main_plan
+    from parathink.pipeline.runner import main_plan
 
     overrides = list(args.overrides)
     if "--form" in overrides:
@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, func, help_ in [
         ("run", "parathink.launch", "main_run", "run the curriculum's stages in order"),
-        ("demo", "parathink.stages.runner", "main_demo", "run the tiny curriculum and print its table"),
+        ("demo", "parathink.pipeline.runner", "main_demo", "run the tiny curriculum and print its table"),
         ("promote", "parathink.tracking.registry", "main_promote", "move the champion alias if the candidate wins"),
         ("compare", "parathink.tracking.compare", "main_compare", "print runs' tables side by side (two or more)"),
         ("report", "parathink.report", "main", "(re)write a run directory's report.md from what it published"),

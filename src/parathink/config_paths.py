@@ -1,6 +1,6 @@
 """Where parathink's Hydra config folder is, and how a path a config names is found (no schema, no Hydra).
 
-Apart from ``parathink.config`` (which composes and validates) so that modules the schema itself imports (the cluster
+Apart from ``pipeline.compose`` (which composes and validates) so that modules the schema itself imports (the cluster
 profile, the memory model) can resolve a config file without importing the schema back.
 """
 

@@ -314,7 +314,7 @@ def check(trusted: Sequence[str], form: Sequence[str], allowlist: Allowlist, *,
           config_dir: Path | None = None, env: Mapping[str, str] | None = None) -> None:
     """Refuse (ConfigError, one line naming the override and the key) what ``form`` may not change on top of
     ``trusted`` (the DAG's own arguments: experiment, run_dir, seed, stages, the deployment's)."""
-    from parathink.config import compose
+    from parathink.pipeline.compose import compose
 
     env = os.environ if env is None else env
     groups = config_groups(config_dir)

@@ -18,7 +18,7 @@ stage. Why here and not a ``torchrun`` in each launcher's command:
 ``parathink run`` (the curriculum in one process tree, e.g. on a GPU node without an orchestrator) is started the
 same way, once: under the largest launch of its single-node stages (8 ranks for parallel_r1_seen). Its stages then
 run in those ranks, as ``torchrun --nproc_per_node 8 -m parathink.cli run`` runs them: a data-parallel stage (sft,
-RL, eval) on every rank, the others on rank 0 while the rest wait (parathink.stages.runner); the vLLM teacher, one
+RL, eval) on every rank, the others on rank 0 while the rest wait (parathink.pipeline.runner); the vLLM teacher, one
 process, starts its engines over every GPU of the node from rank 0 (placement.teacher.engines).
 
 The agent process never touches CUDA: the ranks own the GPUs. On a machine without GPUs (the test cluster's fake
@@ -101,8 +101,8 @@ def fit(launch: list[str], what: str, visible: int, cpus: int) -> list[str] | No
 def _stage_launch(name: str, overrides: list[str]) -> list[str] | None:
     """The launch to run for ``parathink stage NAME overrides`` here, or None to run the stage in this process."""
     from parathink import cluster
-    from parathink.config import compose
-    from parathink.stages.runner import stage_aliases
+    from parathink.pipeline.compose import compose
+    from parathink.pipeline.runner import stage_aliases
 
     cfg = compose(stage_aliases(name, overrides))
     p = cluster.placement(cfg, name)
@@ -167,7 +167,7 @@ def _planned(find) -> list[str] | None:
 
 def main_stage(name: str, overrides: list[str]) -> int:
     """``parathink stage NAME [overrides]``: the placement's ranks, or the stage in this process."""
-    from parathink.stages import runner
+    from parathink.pipeline import runner
 
     launch = None if launched() else _planned(lambda: _stage_launch(name, overrides))
     code = None if launch is None else _start(launch, overrides, f"stage {name}")
@@ -176,10 +176,10 @@ def main_stage(name: str, overrides: list[str]) -> int:
 
 def main_run(overrides: list[str]) -> int:
     """``parathink run [overrides]``: the curriculum under the ranks its GPU stages ask for, or in this process."""
-    from parathink.stages import runner
+    from parathink.pipeline import runner
 
     def find():
-        from parathink.config import compose
+        from parathink.pipeline.compose import compose
 
         cfg = compose(overrides)
         return run_launch_of(cfg, [str(s) for s in cfg.stages])

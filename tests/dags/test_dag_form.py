@@ -15,7 +15,7 @@ from parathink_airflow.form import (
     run_name,
 )
 
-from parathink.config import compose
+from parathink.pipeline.compose import compose
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[2] / "hydra_conf" / "experiment").glob("*.yaml"))
 

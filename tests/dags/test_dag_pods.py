@@ -13,8 +13,8 @@ import pytest
 from dag_helpers import ROOT, TOOLS, airflow_env, in_airflow
 from pod_security import violations
 
-from parathink.config import compose
-from parathink.stages.runner import plan_document
+from parathink.pipeline.compose import compose
+from parathink.pipeline.runner import plan_document
 
 K8S_VERSION = kubernetes_validate.latest_version()
 STAGES = ["teacher", "filter", "sft", "eval", "promote"]

@@ -13,7 +13,7 @@ import pytest
 from dag_helpers import dag_test, states
 from mlflow.tracking import MlflowClient
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 STAGES = ("prep", "train", "tune", "eval")
 MODEL = "parathink-tiny"

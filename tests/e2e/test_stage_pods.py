@@ -24,7 +24,7 @@ from local_cluster import CLUSTER_DIR, Paths, ctr
 from local_install import MLFLOW_USER, NAMESPACE, S3_BUCKET, service_url
 
 from parathink import cluster, podspec
-from parathink.config import compose
+from parathink.pipeline.compose import compose
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 STAGE_TIMEOUT_S = 600  # a bound on the wait, never a figure under test

@@ -31,8 +31,8 @@ def parathink(*args: str, cwd: Path | None = None, timeout: float = 600) -> subp
 
 def plan_json(*overrides: str) -> dict:
     """What ``parathink plan`` prints: the placement every assertion compares the compiled pipeline with."""
-    from parathink.config import compose
-    from parathink.stages.runner import plan_document
+    from parathink.pipeline.compose import compose
+    from parathink.pipeline.runner import plan_document
 
     cfg = compose(list(overrides))
     return json.loads(json.dumps(plan_document(cfg, [str(s) for s in cfg.stages])))

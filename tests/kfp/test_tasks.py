@@ -10,8 +10,8 @@ from kfp import dsl
 from kfp_helpers import SEEN, task_name
 
 from parathink import cluster, podspec
-from parathink.config import compose
 from parathink.kfp.tasks import PodNotExpressible, place
+from parathink.pipeline.compose import compose
 
 
 def test_every_task_runs_as_the_pods_non_root_user_with_its_labels(compile_pipeline):

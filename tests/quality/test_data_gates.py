@@ -3,7 +3,7 @@ fail with the observed figure."""
 
 import json
 
-from parathink.config import compose
+from parathink.pipeline.compose import compose
 from parathink.quality.data_gates import teacher_gate
 from parathink.quality.gate import GateInput
 

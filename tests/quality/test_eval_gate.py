@@ -4,7 +4,7 @@ left out fails, so promotion never compares half an eval."""
 import json
 import math
 
-from parathink.config import compose
+from parathink.pipeline.compose import compose
 from parathink.quality.eval_gate import eval_gate
 from parathink.quality.gate import GateInput
 

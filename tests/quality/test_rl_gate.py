@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from parathink.config import compose
+from parathink.pipeline.compose import compose
 from parathink.quality.gate import GateInput
 from parathink.quality.rl_gate import rl_gate
 

@@ -3,8 +3,8 @@
 import pytest
 from omegaconf import OmegaConf
 
-from parathink.config import compose
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import compose
 from parathink.quality.thresholds import RLThresholds, SFTThresholds, check_thresholds
 
 
@@ -16,7 +16,7 @@ from parathink.quality.thresholds import RLThresholds, SFTThresholds, check_thre
     (["rl_hard.gate.max_kl=-1"], "rl_hard.gate.max_kl: must be a number >= 0 or null, got -1.0"),
 ])
 def test_a_built_in_stage_s_thresholds_fail_while_composing(overrides, message):
-    """Their schema is the stage's gate field (parathink.config_schema checks its bounds and keys too)."""
+    """Their schema is the stage's gate field (parathink.pipeline.schema checks its bounds and keys too)."""
     with pytest.raises(ConfigError) as e:
         compose(overrides)
     assert str(e.value) == f"config: {message}"

@@ -90,7 +90,7 @@ def test_experiment_rehearses_on_cpu(experiment, stage_cache, tmp_path, free_por
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
     assert proc.returncode == 0, f"{experiment}: exit {proc.returncode} after {seconds:.0f} s\n{tail}"
     run = json.loads((run_dir / "run.json").read_text())
-    from parathink.config import compose
+    from parathink.pipeline.compose import compose
 
     stages = list(compose([f"experiment={experiment}", "scale=cpu"]).stages)
     assert sorted(run["stages"]) == sorted(stages), run["stages"]

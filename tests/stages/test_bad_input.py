@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from servers import moto_s3
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 PROBLEMS = "teacher.problems=[{source:synthetic,level:easy,split:train,n:%s%s}]"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from parathink.config import compose
 from parathink.errors import ConfigError
 from parathink.formats.layouts import TagIds
 from parathink.modeling import load_model
+from parathink.pipeline.compose import compose
 from parathink.stages import base
 from parathink.stages.context import StageContext
 

@@ -5,10 +5,10 @@ import types
 import pytest
 
 from parathink.errors import ConfigError
+from parathink.pipeline.runner import compose, stage_module
 from parathink.quality.thresholds import GateThresholds
 from parathink.stages import CURRICULUM
 from parathink.stages.contract import Gate, StageSpec, spec_of
-from parathink.stages.runner import compose, stage_module
 
 
 def test_every_builtin_stage_is_a_stage_spec():

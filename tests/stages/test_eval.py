@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 MODEL_STAGE = str(Path(__file__).with_name("model_stage.py"))
 SMALL = ["eval.sets.easy.n=5", "eval.sets.easy.k=2", "eval.sets.hard.n=3", "eval.sets.hard.k=3",

@@ -7,7 +7,7 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
-from parathink.config import config_dir
+from parathink.pipeline.compose import config_dir
 from parathink.rundir import timings
 from parathink.stages import filter as filter_stage
 from parathink.stages import teacher

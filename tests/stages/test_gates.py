@@ -5,8 +5,8 @@ follows (docs/gates.md)."""
 import json
 from pathlib import Path
 
+from parathink.pipeline import runner
 from parathink.rundir.manifest import MANIFEST
-from parathink.stages import runner
 
 GATED = str(Path(__file__).with_name("gated_stage.py"))
 

@@ -14,8 +14,8 @@ import pytest
 from servers import moto_s3
 
 from parathink import storage
+from parathink.pipeline import runner
 from parathink.rundir.manifest import MANIFEST
-from parathink.stages import runner
 
 
 def manifest(run_dir, stage) -> dict:

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from parathink.evaluation import results as results_file
 from parathink.formats import parse
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 SHRINK = ["data.cold_start.0.n=24", "data.cold_start.1.n=24", "sft.max_steps=3",
           "sft.path_replay.n=16", "sft.vote_replay.n=8", "sft.gate.enabled=false", "eval.sets.easy.n=4",

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from parathink.config import compose
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import compose
+from parathink.pipeline.runner import main_stage, stage_module
 from parathink.stages.rl import rl_config, rl_hard
-from parathink.stages.runner import main_stage, stage_module
 
 CONF = str(Path(__file__).resolve().parents[2] / "hydra_conf")
 STAGES = ["rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline"]

@@ -7,9 +7,9 @@ import shutil
 import pytest
 import torch
 
-from parathink.config import compose
+from parathink.pipeline.compose import compose
+from parathink.pipeline.runner import stage_module
 from parathink.stages.context import StageContext
-from parathink.stages.runner import stage_module
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from parathink.pipeline import runner
 from parathink.rundir.confine import OutsideRunDir
 from parathink.rundir.folder import RunDir
 from parathink.rundir.lock import StageLock, break_lock
 from parathink.rundir.manifest import MANIFEST, Manifest, ManifestDamaged, combined_hash
-from parathink.stages import runner
 
 
 @pytest.fixture
@@ -164,7 +164,7 @@ def test_a_gate_writes_no_report_or_cache_through_a_symlink_out(tmp_path, outsid
 
     from omegaconf import OmegaConf
 
-    from parathink.stages import gating
+    from parathink.pipeline import gating
 
     run = tmp_path / "run"
     run.mkdir()

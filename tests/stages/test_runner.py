@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from parathink.pipeline import runner
 from parathink.rundir.manifest import MANIFEST
-from parathink.stages import runner
 
 
 def manifest(run_dir, stage) -> dict:
@@ -156,7 +156,7 @@ def test_gate_failure_is_exit_3_and_stops_the_run(curriculum, capsys):
 
 def test_resume_from_work_dir_after_interrupt(curriculum):
     """A stage interrupted after 2 checkpointed steps resumes at step 3 with the same config."""
-    import parathink.stages.runner as r
+    import parathink.pipeline.runner as r
 
     cfg = r.compose(curriculum.overrides())
     mods = r.validate(cfg, ["prep"])

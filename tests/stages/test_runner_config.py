@@ -2,7 +2,7 @@
 
 import pytest
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 EXPERIMENTS = ["tiny", "parallel_r1_seen", "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "scaffold",
                "grpo_baseline", "npr", "parathinker", "npr_tiny", "parathinker_tiny"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from parathink import storage
+from parathink.pipeline import runner
 from parathink.rundir.manifest import MANIFEST
-from parathink.stages import runner
 
 STAGES = ["prep", "train", "tune"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from parathink.pipeline import runner
 from parathink.rundir.manifest import MANIFEST
-from parathink.stages import runner
 
 PARTIAL_EVAL = str(Path(__file__).with_name("partial_eval.py"))
 # The base and sft gates share one probe (base.gate.probe interpolates sft.gate.probe): 8 problems x 2 samples here.

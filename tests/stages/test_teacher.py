@@ -5,8 +5,8 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from parathink.config import config_dir
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import config_dir
 from parathink.stages import teacher
 from parathink.stages.context import StageContext
 

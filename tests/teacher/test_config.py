@@ -2,8 +2,8 @@
 
 import pytest
 
-from parathink.config import compose
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import compose
 from parathink.teacher.config import TeacherConfig
 
 

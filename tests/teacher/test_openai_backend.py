@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from hydra import compose, initialize_config_dir
 
-from parathink.config import config_dir
 from parathink.data import synthetic
+from parathink.pipeline.compose import config_dir
 from parathink.stages import teacher as teacher_stage
 from parathink.stages.context import StageContext
 from parathink.teacher import TeacherUnavailable

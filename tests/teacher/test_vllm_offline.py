@@ -9,8 +9,8 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from parathink.config import config_dir
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import config_dir
 from parathink.stages import teacher as teacher_stage
 from parathink.stages.context import StageContext
 from parathink.teacher import vllm_offline

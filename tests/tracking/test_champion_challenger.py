@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 from parathink.tracking import challenge
 from parathink.tracking.promote_config import PromoteConfig
 from parathink.tracking.registry import run_candidate_alias

@@ -5,8 +5,8 @@ import json
 from mlflow.tracking import MlflowClient
 from servers import sqlite_store
 
+from parathink.pipeline import runner
 from parathink.rundir.manifest import Manifest
-from parathink.stages import runner
 from parathink.tracking.datasets import stage_datasets
 
 

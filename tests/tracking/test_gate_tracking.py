@@ -5,7 +5,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 GATED = str(Path(__file__).parents[1] / "stages" / "gated_stage.py")
 

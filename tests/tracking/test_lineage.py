@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from mlflow.tracking import MlflowClient
 
 import parathink
-from parathink.stages import runner
+from parathink.pipeline import runner
 from parathink.tracking.curriculum import final_metrics
 from parathink.tracking.lineage import git_state, lineage_tags, run_name, source_name
 

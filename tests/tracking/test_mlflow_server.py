@@ -5,7 +5,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from parathink import storage
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 
 @pytest.mark.slow

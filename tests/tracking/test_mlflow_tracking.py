@@ -5,7 +5,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 from parathink.tracking import compare, registry
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 AIRFLOW = {"AIRFLOW_CTX_DAG_ID": "parathink_nightly", "AIRFLOW_CTX_DAG_RUN_ID": "scheduled__2026-12-03T02:00:00",
            "AIRFLOW_CTX_TRY_NUMBER": "1"}

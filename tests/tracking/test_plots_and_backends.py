@@ -4,7 +4,7 @@ import json
 import math
 from pathlib import Path
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 from parathink.tracking.plots import figure3, find_value, read_curves, table_png
 
 PNG = b"\x89PNG\r\n\x1a\n"

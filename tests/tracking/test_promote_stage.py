@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from parathink.stages import runner
+from parathink.pipeline import runner
 
 
 def _run(c, run_dir: str, *extra: str) -> list[str]:

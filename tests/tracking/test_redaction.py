@@ -6,8 +6,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from servers import sqlite_store
 
+from parathink.pipeline import runner
 from parathink.redact import REDACTED, redact, redact_text
-from parathink.stages import runner
 
 PASSWORD, API_KEY, ENV_HOST = "hunter2-pw", "sk-live-123456", "internal-host.example"
 

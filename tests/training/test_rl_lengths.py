@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from parathink.config import compose
 from parathink.errors import ConfigError
+from parathink.pipeline.compose import compose
 from parathink.stages.rl import rl_config
 from parathink.training.rl_config import RLConfig
 
@@ -58,7 +58,7 @@ def test_lengths_that_do_not_fit_the_budget_are_one_line(kw, says):
 
 
 def test_a_negative_length_is_refused_at_compose():
-    from parathink.stages import runner
+    from parathink.pipeline import runner
 
     with pytest.raises(ConfigError, match="rl_hard.max_response_tokens"):
         cfg = compose(["experiment=parallel_r1_seen", "rl_hard.max_response_tokens=-1"])

@@ -1,6 +1,6 @@
 """What a pipeline run executes, from the user's overrides: validated exactly as ``parathink run`` validates them.
 
-:func:`make_plan` composes the config, runs ``parathink plan``'s checks (:func:`parathink.stages.runner.plan_document`)
+:func:`make_plan` composes the config, runs ``parathink plan``'s checks (:func:`pipeline.runner.plan_document`)
 and reads every placement from the cluster profile, so a typo fails here, before anything is compiled, with the
 same one-line :class:`ConfigError`. :func:`objects` turns one stage of a plan into Kubernetes objects.
 """
@@ -50,8 +50,8 @@ def _key(override: str) -> str:
 
 def make_plan(overrides: list[str]) -> Plan:
     """Compose and validate the config for ``overrides``; raises ConfigError (one line) when anything is wrong."""
-    from parathink.config import compose
-    from parathink.stages.runner import plan_document
+    from parathink.pipeline.compose import compose
+    from parathink.pipeline.runner import plan_document
 
     cfg = compose(list(overrides))
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):

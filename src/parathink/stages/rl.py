@@ -29,7 +29,7 @@ def rl_config(cfg, stage: str) -> RLConfig:
     """``<stage>``'s RLConfig, checked (a ConfigError naming ``<stage>.<key>``); no torch is imported."""
     node = OmegaConf.to_container(cfg[stage], resolve=True)
     if node.get("deepspeed"):  # written relative to the checkout; found in the wheel's copy in a pod
-        from parathink.config import resolve_config_path
+        from parathink.pipeline.compose import resolve_config_path
 
         node["deepspeed"] = resolve_config_path(str(node["deepspeed"]))
     return RLConfig.from_cfg(node, stage)

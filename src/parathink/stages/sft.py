@@ -15,9 +15,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from parathink import jsonl
-from parathink.config import resolve_config_path
 from parathink.errors import BadInput, ConfigError
 from parathink.logs import log
+from parathink.pipeline.compose import resolve_config_path
 from parathink.quality.model_gates import sft_gate
 from parathink.quality.thresholds import SFTThresholds
 from parathink.stages.context import StageContext

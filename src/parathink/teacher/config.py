@@ -1,6 +1,6 @@
 """``TeacherConfig``: the settings of the ``teacher`` stage (``parathink.stages.teacher``), one sub-config per backend.
 
-The class is the Hydra schema of ``hydra_conf/stage/teacher.yaml`` (``parathink.config``): a misspelt key or a value
+The class is the Hydra schema of ``hydra_conf/stage/teacher.yaml`` (``pipeline.compose``): a misspelt key or a value
 of the wrong type fails while composing, in one line. ``check`` refuses what types cannot say (an unknown backend, a
 model a backend needs and was not given), before any stage starts. The defaults are the tiny curriculum's: the
 ``self`` teacher samples the base stage's model. Every section is in the config (and its hash) whichever backend is

@@ -61,7 +61,7 @@ def main_compare(argv: list[str]) -> int:
             raise BadInput(f"parathink compare: give two or more runs, got {len(args.runs)}")
         uri = args.tracking_uri
         if uri is None:
-            from parathink.config import compose
+            from parathink.pipeline.compose import compose
 
             uri = str(compose([]).tracking.uri)
         results = [load_results(ref, uri) for ref in args.runs]

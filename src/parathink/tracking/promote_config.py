@@ -2,7 +2,7 @@
 
 Read by the ``promote`` stage (``parathink.stages.promote``: this run's best model against the champion) and by
 ``parathink promote`` (``parathink.tracking.registry.main_promote``: a named version or alias against it). The
-class is the Hydra schema of ``tracking.promote`` (``hydra_conf/tracking/sqlite.yaml``, ``parathink.config``).
+class is the Hydra schema of ``tracking.promote`` (``hydra_conf/tracking/sqlite.yaml``, ``parathink.pipeline.compose``).
 """
 
 from __future__ import annotations

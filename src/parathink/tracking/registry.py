@@ -191,8 +191,8 @@ def main_promote(argv: list[str]) -> int:
     ``parathink promote --rollback NAME [--why TEXT] [overrides]`` moves NAME's champion back to the one before."""
     import argparse
 
-    from parathink.config import compose
     from parathink.exits import guarded
+    from parathink.pipeline.compose import compose
 
     parser = argparse.ArgumentParser(prog="parathink promote", add_help=True)
     parser.add_argument("--rollback", metavar="NAME", help="registered model whose champion goes back one version")

@@ -4,7 +4,7 @@ The tiny curriculum copies its shipped base (``model.source``) unless ``train`` 
 ~1M-parameter Qwen3 on sequential worked solutions of the synthetic domain with these settings (AdamW, cosine,
 a few minutes on 2 cores; what they reached: docs/findings.md). Real models (``model.kind=pretrained``) are only copied
 into ``base/model``. The defaults are the tiny base's; ``hydra_conf/stage/base.yaml`` holds the gate thresholds.
-The class is the Hydra schema of that file (``parathink.config``): a misspelt key or a wrong type fails when the
+The class is the Hydra schema of that file (``pipeline.compose``): a misspelt key or a wrong type fails when the
 config is composed, ``check`` refuses values that cannot work. No torch here.
 """
 

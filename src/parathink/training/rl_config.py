@@ -6,7 +6,7 @@ wherever its four RL stages agree. ``hydra_conf/stage/rl.yaml`` adds what the de
 stop, the before/after probe) and the gate thresholds, each stage's file (``rl_easy.yaml``, ...) what sets that
 stage apart (its number of steps among them), and an experiment what it changes (``parallel_r1_seen``: the paper's
 batch, budget and learning rate).
-The class is the Hydra schema of those files (``parathink.config``), so a misspelt key or a value of the wrong type
+The class is the Hydra schema of those files (``pipeline.compose``), so a misspelt key or a value of the wrong type
 fails when the config is composed; ``check`` then refuses any value that cannot work, naming ``<stage>.<key>``,
 before a model is loaded. No torch here: ``parathink plan`` validates RL stages
 in the orchestrator image, which has none.

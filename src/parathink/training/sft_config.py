@@ -4,7 +4,7 @@ Cold-start SFT on the filter's accepted traces (Parallel-R1 §3.2), with transfo
 option is declared here, with its default and what it does; the defaults are the tiny curriculum's (a 2-core CPU, a
 ~1M model, ~1-2k traces, a few minutes). ``hydra_conf/stage/sft.yaml`` holds the gate thresholds and an experiment
 what it changes (``parallel_r1_seen``: the paper's Qwen3-4B-Base settings, lr 1e-5, global batch 128, 58 steps).
-The class is the Hydra schema of that file (``parathink.config``), so a misspelt key or a value of the wrong type
+The class is the Hydra schema of that file (``pipeline.compose``), so a misspelt key or a value of the wrong type
 fails when the config is composed; ``check`` then refuses a value that cannot work, naming ``sft.<key>``. No torch
 here: ``parathink plan`` validates every stage in the orchestrator image, which has none.
 """

@@ -37,19 +37,20 @@ from typing import Any
 from omegaconf import DictConfig
 
 from parathink import cluster, distributed, memory, storage
-from parathink.config import compose
 from parathink.errors import ConfigError, Unavailable
 from parathink.evaluation import results as results_file
 from parathink.exits import EXIT_OK, guarded
 from parathink.jsonl import load_record
 from parathink.logs import log, metrics_tail
+from parathink.pipeline import gating
+from parathink.pipeline.compose import compose
 from parathink.quality import GateFailed
 from parathink.redact import redact_text
 from parathink.rundir import provenance, timings
 from parathink.rundir.cache import EntryDamaged, Hit, StageCache
 from parathink.rundir.folder import RunDir, warn
 from parathink.rundir.manifest import GATES, Manifest, config_hash, stage_config
-from parathink.stages import BUILTIN, gating
+from parathink.stages import BUILTIN
 from parathink.stages.context import StageContext
 from parathink.stages.contract import StageSpec, spec_of
 

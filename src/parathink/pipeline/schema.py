@@ -14,10 +14,10 @@ key and what is allowed:
   than ``s3://`` (``http://host/x`` would become the local folder ``./http:/host/x``); ``tracking.uri`` of a scheme
   MLflow cannot store to (``TRACKING_SCHEMES``).
 
-``parathink.config.compose`` runs it on every composition, so ``parathink run``, ``stage``, ``plan`` and every
+``parathink.pipeline.compose.compose`` runs it on every composition, so ``parathink run``, ``stage``, ``plan`` and every
 orchestrator refuse such a key before anything starts (exit 2). What needs more than one key, a file or the machine
 (``sft.global_batch`` a multiple of ``sft.micro_batch``, a DeepSpeed JSON that exists, a cluster quantity, a model
-that fits its GPUs) is each stage's ``validate`` and ``parathink.cluster``'s, run by ``parathink.stages.runner``
+that fits its GPUs) is each stage's ``validate`` and ``parathink.cluster``'s, run by ``parathink.pipeline.runner``
 before the first stage starts. A plug-in stage's section (its name in ``stage_modules``) is its own module's to
 check. No torch here.
 """
@@ -181,7 +181,7 @@ class ClusterProfile:
 
 @dataclass
 class RootConfig:
-    """What ``parathink.config.compose`` returns (hydra_conf/config.yaml documents the run settings)."""
+    """What ``parathink.pipeline.compose.compose`` returns (hydra_conf/config.yaml documents the run settings)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)

@@ -10,7 +10,7 @@ names ``/schema/<name>`` first in its defaults list, the class holds every optio
 documentation, and Hydra refuses a misspelt key or a value of the wrong type while composing. The schemas are
 registered when this module is imported, so that any Hydra compose of ``hydra_conf`` finds them. Hydra lets
 ``+key=value`` add a key anywhere and types no group without a schema, so :func:`compose` then checks the whole
-composition against ``parathink.config_schema`` (every section, every group: unknown keys, types, bounds), and
+composition against ``parathink.pipeline.schema`` (every section, every group: unknown keys, types, bounds), and
 either way the error is one line naming the full key.
 """
 
@@ -20,9 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ConfigTypeError, ValidationError
 
 from parathink.config_paths import CHECKOUT, PACKAGED, config_dir, resolve_config_path  # noqa: F401 (re-exported)
-from parathink.config_schema import check as check_schema
-from parathink.config_schema import unknown_key, writable, wrong_value
 from parathink.errors import ConfigError
+from parathink.pipeline.schema import check as check_schema
+from parathink.pipeline.schema import unknown_key, writable, wrong_value
 from parathink.quality.filter_config import FilterStageConfig
 from parathink.stages.eval_config import EvalConfig
 from parathink.teacher.config import TeacherConfig
@@ -52,7 +52,7 @@ register_schemas()
 
 def _one_line(err: Exception) -> str:
     """Hydra's composition errors span lines; the CLI prints one that names the key, in the words of
-    ``parathink.config_schema`` (the same line as for a key that ``+`` added)."""
+    ``parathink.pipeline.schema`` (the same line as for a key that ``+`` added)."""
     msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     cause = err.__cause__
     key = getattr(cause, "full_key", None)
