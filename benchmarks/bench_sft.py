@@ -38,11 +38,11 @@ def traces(n: int) -> list[dict]:
 
 def run_variant(name: str, steps: int, batch: int, n: int, out: Path) -> dict:
 
+    from parathink.config import sft as sft_config
     from parathink.data.prompts import build_prompt
     from parathink.formats.layouts import TagIds
     from parathink.modeling import load_model
     from parathink.tracking.base import NullTracker
-    from parathink.training import sft_config
     from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
 
     model, tok = load_model("builtin:tiny_base")

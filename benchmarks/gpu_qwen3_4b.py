@@ -707,7 +707,7 @@ def fork(part: dict, deadline, bench: Bench) -> None:
 
 
 def rl_config(scale: Scale, kv_cache_gib: float):
-    from parathink.training.rl_config import RLConfig
+    from parathink.config.rl import RLConfig
 
     return RLConfig(init_from="-", mode="structured", num_paths=2, prompts_per_step=scale.rl_prompts,
                     group_size=scale.rl_group, token_budget=scale.prompt_len + scale.rl_new_tokens,

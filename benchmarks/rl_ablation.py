@@ -213,13 +213,13 @@ def gradcheck(seed: int) -> dict:
     causal forward per rollout. Also the largest gap between the engine's log-probs and that forward's."""
     from accelerate import Accelerator
 
+    from parathink.config.rl import RLConfig
     from parathink.data.prompts import build_prompt
     from parathink.data.sources import load_problems
     from parathink.engine import Engine, SamplingConfig
     from parathink.modeling import load_model
     from parathink.rewards import get_reward
     from parathink.training.rl import update
-    from parathink.training.rl_config import RLConfig
     from parathink.training.rl_rollouts import assemble
     from parathink.training.rl_rollouts import score as score_rollout
 

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from parathink import cli, cluster
-from parathink.config_fields import optional_of, requirement
+from parathink.config.fields import optional_of, requirement
 from parathink.errors import BadInput, ConfigError
 from parathink.pipeline import runner, schema
 from parathink.pipeline.compose import compose, config_dir
@@ -215,7 +215,7 @@ INTS = [(k, hint, f) for k, hint, f in LEAVES if optional_of(hint)[0] is int]
 
 def test_no_float_field_takes_nan_or_infinity_and_no_int_field_a_number_past_the_ceiling():
     """The rule is ``config_fields.violation``'s, so it holds for a field whatever bounds it declares (or none)."""
-    from parathink.config_fields import INT_CEILING, violation
+    from parathink.config.fields import INT_CEILING, violation
 
     assert len(FLOATS) > 20 and len(INTS) > 50
     for key, _, f in FLOATS:

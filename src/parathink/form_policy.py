@@ -89,7 +89,7 @@ def load(config_dir: Path | None = None) -> Allowlist:
 
 
 def _config_dir(config_dir: Path | None) -> Path:
-    from parathink.config_paths import config_dir as default_dir
+    from parathink.config.paths import config_dir as default_dir
 
     return config_dir or default_dir()
 
@@ -272,7 +272,7 @@ def under_roots(uri: Any, roots: Sequence[str]) -> bool:
 
 
 def _stage_names(cfg: Any) -> set[str]:
-    from parathink.stages.eval_config import MODELS
+    from parathink.config.eval import MODELS
 
     names = {*MODELS, *(str(s) for s in cfg.get("stages") or ())}
     names |= {str(k) for k in (cfg.get("stage_modules") or {})}

@@ -305,7 +305,7 @@ def engine_workspace(arch: Arch, w: int, rows: int, max_len: int, prompts: int, 
 def _zero_section(path: Any) -> dict:
     if not path:
         return {}
-    from parathink.config_paths import resolve_config_path
+    from parathink.config.paths import resolve_config_path
 
     try:
         ds = json.loads(Path(resolve_config_path(str(path))).read_text(encoding="utf-8"))

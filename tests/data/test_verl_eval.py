@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from verl_files import REPEATS, combined_rows, write
 
+from parathink.evaluation import sets as eval_sets
 from parathink.pipeline import runner
-from parathink.stages import eval_sets
 
 MODEL_STAGE = str(Path(__file__).parents[1] / "stages" / "model_stage.py")
 

@@ -121,7 +121,7 @@ def plan_venv(wheel, tmp_path_factory) -> Path:
     return py
 
 
-# Validating the training stages reads only their torch-free configs (parathink.training.rl_config, .sft_config),
+# Validating the training stages reads only their torch-free configs (parathink.config.rl, .sft_config),
 # so the orchestrator image, which has no torch, plans a whole GPU experiment.
 LIGHT_STAGES = "stages=[teacher,filter,eval,promote]"
 

@@ -1,11 +1,11 @@
-"""The gates' threshold schemas (parathink.quality.thresholds): one line naming the key, before any stage starts."""
+"""The gates' threshold schemas (parathink.config.thresholds): one line naming the key, before any stage starts."""
 
 import pytest
 from omegaconf import OmegaConf
 
+from parathink.config.thresholds import RLThresholds, SFTThresholds, check_thresholds
 from parathink.errors import ConfigError
 from parathink.pipeline.compose import compose
-from parathink.quality.thresholds import RLThresholds, SFTThresholds, check_thresholds
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from omegaconf import MISSING
 
+from parathink.config.thresholds import GateThresholds
 from parathink.quality.expectations import at_least, not_applicable
 from parathink.quality.gate import gate_section
-from parathink.quality.thresholds import GateThresholds
 from parathink.stages.contract import Gate, StageSpec
 
 _spec = importlib.util.spec_from_file_location("resume_stage_for_gates", Path(__file__).with_name("resume_stage.py"))

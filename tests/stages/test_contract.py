@@ -4,9 +4,9 @@ import types
 
 import pytest
 
+from parathink.config.thresholds import GateThresholds
 from parathink.errors import ConfigError
 from parathink.pipeline.runner import compose, stage_module
-from parathink.quality.thresholds import GateThresholds
 from parathink.stages import CURRICULUM
 from parathink.stages.contract import Gate, StageSpec, spec_of
 

@@ -121,8 +121,8 @@ def test_replay_adds_synthetic_traces_to_the_filters(run_root):
 
 
 def test_replay_kinds_draw_distinct_problems_none_of_the_traces():
+    from parathink.config.sft import Replay, SFTConfig
     from parathink.data.synthetic import generate
-    from parathink.training.sft_config import Replay, SFTConfig
 
     replay = Replay(n=30, level="hard", seed=7)
     settings = SFTConfig(path_replay=replay, vote_replay=replay)

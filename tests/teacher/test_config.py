@@ -2,9 +2,9 @@
 
 import pytest
 
+from parathink.config.teacher import TeacherConfig
 from parathink.errors import ConfigError
 from parathink.pipeline.compose import compose
-from parathink.teacher.config import TeacherConfig
 
 
 @pytest.mark.parametrize("override, message", [

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from parathink.config.promote import PromoteConfig
 from parathink.pipeline import runner
 from parathink.tracking import challenge
-from parathink.tracking.promote_config import PromoteConfig
 from parathink.tracking.registry import run_candidate_alias
 
 HERE = Path(__file__).parent

@@ -4,8 +4,8 @@ that ``parathink plan`` validates without torch (``tests/test_imports.py`` check
 
 def test_the_names_validation_accepts_are_the_registered_ones():
     """RLConfig lists the advantage, loss and aggregation names so that validating needs no torch."""
+    from parathink.config import rl as settings
     from parathink.training import advantages, losses
-    from parathink.training import rl_config as settings
 
     assert set(settings.ADVANTAGES) == set(advantages.ADVANTAGES)
     assert set(settings.POLICY_LOSSES) == set(losses.POLICY_LOSSES)

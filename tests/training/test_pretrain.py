@@ -6,11 +6,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from parathink.config.base import BaseConfig
 from parathink.data.synthetic import corpus, generate
 from parathink.modeling import build_tiny_model
 from parathink.modeling.tokenizer import train_tokenizer
 from parathink.training.pretrain import IGNORE, collate, cosine_lr, encode, pack, pretrain
-from parathink.training.pretrain_config import BaseConfig
 
 
 def test_cosine_warms_up_then_decays_to_the_floor_by_steps_or_time():

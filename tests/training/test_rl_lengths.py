@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from parathink.config.rl import RLConfig
 from parathink.errors import ConfigError
 from parathink.pipeline.compose import compose
 from parathink.stages.rl import rl_config
-from parathink.training.rl_config import RLConfig
 
 GPU_RL = {"parallel_r1_seen": ["rl_easy", "rl_hard"], "parallel_r1_unseen_s1": ["rl_hard"],
           "parallel_r1_unseen_s2": ["rl_hard"], "npr": ["rl_easy", "rl_hard"], "grpo_baseline": ["grpo_baseline"],

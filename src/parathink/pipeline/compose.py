@@ -19,17 +19,17 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ConfigTypeError, ValidationError
 
-from parathink.config_paths import CHECKOUT, PACKAGED, config_dir, resolve_config_path  # noqa: F401 (re-exported)
+from parathink.config.base import BaseConfig
+from parathink.config.eval import EvalConfig
+from parathink.config.filter import FilterStageConfig
+from parathink.config.paths import CHECKOUT, PACKAGED, config_dir, resolve_config_path  # noqa: F401 (re-exported)
+from parathink.config.promote import PromoteConfig
+from parathink.config.rl import RLConfig
+from parathink.config.sft import SFTConfig
+from parathink.config.teacher import TeacherConfig
 from parathink.errors import ConfigError
 from parathink.pipeline.schema import check as check_schema
 from parathink.pipeline.schema import unknown_key, writable, wrong_value
-from parathink.quality.filter_config import FilterStageConfig
-from parathink.stages.eval_config import EvalConfig
-from parathink.teacher.config import TeacherConfig
-from parathink.tracking.promote_config import PromoteConfig
-from parathink.training.pretrain_config import BaseConfig
-from parathink.training.rl_config import RLConfig
-from parathink.training.sft_config import SFTConfig
 
 # Hydra's config group "schema": hydra_conf/stage/{rl,base,teacher,filter,sft,eval,promote}.yaml and
 # tracking/sqlite.yaml (promote) start from these.

@@ -18,11 +18,11 @@ import shutil
 import time
 from pathlib import Path
 
+from parathink.config.thresholds import check_thresholds
 from parathink.logs import log
 from parathink.quality import GateFailed
 from parathink.quality.expectations import Verdict, markdown_table, summary_line, text_table
 from parathink.quality.gate import GateInput, gate_section
-from parathink.quality.thresholds import check_thresholds
 from parathink.rundir.confine import inside
 from parathink.rundir.manifest import GATES, Manifest
 from parathink.stages.contract import StageSpec

@@ -8,7 +8,7 @@ key and what is allowed:
 
 - a key the schema does not have, at any depth (Hydra's ``+key=value`` adds any key, schema or not);
 - a value of the wrong type, or a missing one;
-- a value outside the bounds or choices its field declares (``parathink.config_fields``), a float that is not
+- a value outside the bounds or choices its field declares (``parathink.config.fields``), a float that is not
   finite, an integer past ``config_fields.INT_CEILING``;
 - ``stages`` empty or naming a stage twice; ``run_dir``, ``stage_cache`` or ``cache_dir`` a URL of a scheme other
   than ``s3://`` (``http://host/x`` would become the local folder ``./http:/host/x``); ``tracking.uri`` of a scheme
@@ -41,7 +41,9 @@ from omegaconf.errors import (
 )
 
 from parathink.cluster import ACCELERATORS, PULL_POLICIES
-from parathink.config_fields import (
+from parathink.config.base import BaseConfig
+from parathink.config.eval import EvalConfig
+from parathink.config.fields import (
     at_least,
     beyond_any_field,
     one_of,
@@ -51,15 +53,13 @@ from parathink.config_fields import (
     violation,
     within,
 )
+from parathink.config.filter import FilterStageConfig
+from parathink.config.promote import PromoteConfig, PromoteStageConfig
+from parathink.config.rl import RLConfig
+from parathink.config.sft import SFTConfig
+from parathink.config.teacher import TeacherConfig
 from parathink.errors import ConfigError
 from parathink.formats.tags import GRAMMARS, MAX_PARATHINKER_PATHS
-from parathink.quality.filter_config import FilterStageConfig
-from parathink.stages.eval_config import EvalConfig
-from parathink.teacher.config import TeacherConfig
-from parathink.tracking.promote_config import PromoteConfig, PromoteStageConfig
-from parathink.training.pretrain_config import BaseConfig
-from parathink.training.rl_config import RLConfig
-from parathink.training.sft_config import SFTConfig
 
 # parathink.modeling.factory's dtype names (a test keeps them equal; listed here so that checking needs no torch)
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")

@@ -62,8 +62,8 @@ def _filter_input(cfg, scratch: Path) -> Path:
 
 
 def filter_gate(cfg, out: GateInput) -> list[Expectation]:
+    from parathink.config.filter import FilterStageConfig
     from parathink.quality import data_suites
-    from parathink.quality.filter_config import FilterStageConfig
     from parathink.quality.traces import BadLine, judge, read_raw
 
     g = gate_section(cfg, "filter")

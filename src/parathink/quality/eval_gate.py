@@ -22,7 +22,7 @@ def expected_samples(cfg, seed: int) -> dict[str, int]:
     """Configured set -> problems x k, as the eval stage would sample it."""
     from omegaconf import OmegaConf
 
-    from parathink.stages.eval_sets import active_sets, problems_and_k
+    from parathink.evaluation.sets import active_sets, problems_and_k
 
     out = {}
     for name, node in active_sets(cfg).items():

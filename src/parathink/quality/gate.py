@@ -2,7 +2,7 @@
 
 A stage opts into a gate with ``parathink.stages.contract.Gate``: ``check(cfg, out: GateInput) -> list[Expectation]``,
 which the runner calls on the stage's finished output (``parathink.pipeline.gating``), and the dataclass of its
-thresholds (``<stage>.gate.*``, ``parathink.quality.thresholds``), checked before any stage starts.
+thresholds (``<stage>.gate.*``, ``parathink.config.thresholds``), checked before any stage starts.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ def base_gate(cfg, out: GateInput) -> list[Expectation]:
 
 def _start_model(cfg, out: GateInput) -> tuple[Path | str, str, str]:
     """(where the model SFT started from is, its identity, its name for the table)."""
+    from parathink.config.sft import start_stage
     from parathink.modeling import resolve_source
-    from parathink.training.sft_config import start_stage
 
     stage = start_stage(cfg)
     if stage is not None:

@@ -85,7 +85,7 @@ def _steps_check(rows: list[dict], rl, stage: str) -> Expectation:
 def rl_gate(cfg, stage: str, out: GateInput) -> list[Expectation]:
     from omegaconf import OmegaConf
 
-    from parathink.training.rl_config import RLConfig
+    from parathink.config.rl import RLConfig
 
     g = gate_section(cfg, stage)
     rl = RLConfig.from_cfg(OmegaConf.to_container(cfg[stage], resolve=True), stage)

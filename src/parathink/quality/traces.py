@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parathink import jsonl
+from parathink.config.filter import FilterConfig
 from parathink.formats import parse
 from parathink.grading import grade
 from parathink.jsonl import BadLine, lone_surrogate
-from parathink.quality.filter_config import FilterConfig
 
 REQUIRED = ("problem", "answer", "response")
 MAX_LISTED_BAD_LINES = 1000  # the report lists this many; the count is always exact

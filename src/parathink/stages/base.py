@@ -18,12 +18,12 @@ import time
 
 from omegaconf import OmegaConf
 
+from parathink.config.base import BaseConfig
+from parathink.config.thresholds import BaseThresholds
 from parathink.errors import ConfigError
 from parathink.quality.model_gates import base_gate
-from parathink.quality.thresholds import BaseThresholds
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
-from parathink.training.pretrain_config import BaseConfig
 
 KINDS = ("tiny", "pretrained")
 

@@ -16,9 +16,9 @@ from parathink.errors import ConfigError
 from parathink.rundir.manifest import DEFAULT_SHARED_KEYS
 
 if TYPE_CHECKING:
+    from parathink.config.thresholds import GateThresholds
     from parathink.quality.expectations import Expectation
     from parathink.quality.gate import GateInput
-    from parathink.quality.thresholds import GateThresholds
     from parathink.stages.context import StageContext
 
 

@@ -16,16 +16,16 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import distributed, storage
+from parathink.config.eval import EvalConfig, stage_mode
+from parathink.config.thresholds import EvalThresholds
 from parathink.errors import StageInputMissing
 from parathink.evaluation import results as results_file
+from parathink.evaluation.sets import active_sets, problems_and_k
 from parathink.jsonl import load_record
 from parathink.logs import log
 from parathink.quality.eval_gate import eval_gate
-from parathink.quality.thresholds import EvalThresholds
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
-from parathink.stages.eval_config import EvalConfig
-from parathink.stages.eval_sets import active_sets, problems_and_k
 
 # Per model and set, the figures the manifest (and so MLflow) carries; results.json keeps every figure.
 MANIFEST_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any_path_accuracy")
@@ -50,10 +50,6 @@ def _cached_summary(meta: Path, fingerprint: str) -> dict | None:
     if data is None or data.get("model_hash") != fingerprint or not isinstance(data.get("summary"), dict):
         return None
     return data["summary"]
-
-
-def stage_mode(cfg: DictConfig, stage: str) -> str:
-    return cfg.eval.mode_by_stage.get(stage, cfg.eval.mode)
 
 
 def eval_rows(cfg: DictConfig, stage: str, sets: dict) -> list[tuple[str, str, int]]:

@@ -21,9 +21,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from parathink import jsonl
+from parathink.config.filter import FilterStageConfig
+from parathink.config.thresholds import FilterThresholds
 from parathink.quality.data_gates import filter_gate
-from parathink.quality.filter_config import FilterStageConfig
-from parathink.quality.thresholds import FilterThresholds
 from parathink.rundir import provenance, timings
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec

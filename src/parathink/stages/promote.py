@@ -21,12 +21,12 @@ import sys
 
 from omegaconf import DictConfig
 
+from parathink.config.promote import PromoteConfig
 from parathink.errors import ConfigError
 from parathink.evaluation import results as results_file
 from parathink.stages.context import StageContext
 from parathink.stages.contract import StageSpec
 from parathink.tracking import challenge
-from parathink.tracking.promote_config import PromoteConfig
 
 TABLE_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "relative_position")
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from parathink.quality.thresholds import RLThresholds
+from parathink.config.rl import RLConfig
+from parathink.config.thresholds import RLThresholds
 from parathink.stages import RL_STAGES
 from parathink.stages.contract import Gate, StageSpec
-from parathink.training.rl_config import RLConfig
 from parathink.training.stage_state import own_training_state
 
 

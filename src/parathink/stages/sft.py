@@ -15,14 +15,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from parathink import jsonl
+from parathink.config.sft import REPLAYS, SFTConfig, start_stage
+from parathink.config.thresholds import SFTThresholds
 from parathink.errors import BadInput, ConfigError
 from parathink.logs import log
 from parathink.pipeline.compose import resolve_config_path
 from parathink.quality.model_gates import sft_gate
-from parathink.quality.thresholds import SFTThresholds
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
-from parathink.training.sft_config import REPLAYS, SFTConfig, start_stage
 from parathink.training.stage_state import free_accelerator, own_training_state
 
 

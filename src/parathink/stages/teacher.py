@@ -17,12 +17,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from parathink import jsonl
+from parathink.config.teacher import TeacherConfig
+from parathink.config.thresholds import TeacherThresholds
 from parathink.quality.data_gates import teacher_gate
-from parathink.quality.thresholds import TeacherThresholds
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
 from parathink.teacher import RawStore, TeacherUnavailable
-from parathink.teacher.config import TeacherConfig
 
 OUTPUT_FIELDS = ("id", "source", "problem", "answer", "level", "response")
 EXTRA_FIELDS = ("path_answers", "vote", "finish_reason")

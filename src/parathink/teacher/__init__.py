@@ -12,7 +12,7 @@ Every backend has ``generate(problems) -> Iterator[record]``, yielding each prob
 | vllm      | vLLM's offline engine, in vLLM's own venv (a subprocess) | its python: PARATHINK_VLLM_PYTHON |
 """
 
-from parathink.teacher.config import BACKENDS
+from parathink.config.teacher import BACKENDS
 from parathink.teacher.openai_http import TeacherUnavailable
 from parathink.teacher.store import RawStore
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from parathink.config.promote import PromoteConfig
 from parathink.logs import log
-from parathink.tracking.promote_config import PromoteConfig
 
 
 def sample_model(cfg: DictConfig, model_dir: Path, stage: str, rule: PromoteConfig, seed: int,
@@ -30,12 +30,12 @@ def sample_model(cfg: DictConfig, model_dir: Path, stage: str, rule: PromoteConf
     import torch
 
     from parathink import distributed
+    from parathink.config.eval import stage_mode
     from parathink.evaluation.evaluate import evaluate_set
     from parathink.evaluation.generators import engine_generator
     from parathink.evaluation.paired import per_problem
+    from parathink.evaluation.sets import active_sets, problems_and_k
     from parathink.modeling import load_model
-    from parathink.stages.eval import stage_mode
-    from parathink.stages.eval_sets import active_sets, problems_and_k
 
     e, grammar = cfg.eval, str(cfg.format)
     sets = active_sets(cfg)

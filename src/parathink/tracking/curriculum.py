@@ -69,7 +69,7 @@ class CurriculumTracking:
     def _decode(self, name: str) -> dict | None:
         """How this run's ``eval`` decodes stage ``name``'s model (mode, paths per block), for the version's metadata;
         None in a config without an eval section."""
-        from parathink.stages.eval import stage_mode
+        from parathink.config.eval import stage_mode
 
         if self.cfg.get("eval") is None:
             return None

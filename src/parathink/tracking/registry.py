@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from parathink.tracking.promote_config import PromoteConfig
+from parathink.config.promote import PromoteConfig
 
 CANDIDATE, CHAMPION = "candidate", "champion"
 

@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from parathink import distributed, jsonl, storage
+from parathink.config.rl import RLConfig
 from parathink.errors import ConfigError, ParathinkError
 from parathink.logs import log
 from parathink.rundir import timings
@@ -57,7 +58,6 @@ from parathink.training import rl_checkpoint
 from parathink.training.checkpointing import enable_checkpointing
 from parathink.training.losses import NORMALISERS, grpo_loss
 from parathink.training.master_weights import HALF, MasterAdamW, full_precision_state, to_half_keeping_masters
-from parathink.training.rl_config import RLConfig
 from parathink.training.rl_parallel import (
     StepGroup,
     add_zero_weight_rows,

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from parathink import distributed
+from parathink.config.rl import RLConfig
 from parathink.errors import ConfigError
-from parathink.training.rl_config import RLConfig
 
 
 @dataclass

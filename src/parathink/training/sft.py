@@ -19,10 +19,10 @@ import torch
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
+from parathink.config.sft import OVERLONG, SFTConfig
 from parathink.data.prompts import build_prompt
 from parathink.formats.layouts import TagIds, build_batch_layout
 from parathink.modeling.attention import to_4d_mask
-from parathink.training.sft_config import OVERLONG, SFTConfig
 
 IGNORE = -100
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parathink.config_fields import at_least
+from parathink.config.fields import at_least
+from parathink.config.thresholds import FilterThresholds
 from parathink.errors import ConfigError
-from parathink.quality.thresholds import FilterThresholds
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from parathink.config_fields import above, at_least, fraction
+from parathink.config.fields import above, at_least, fraction
+from parathink.config.thresholds import BaseThresholds
 from parathink.errors import ConfigError
-from parathink.quality.thresholds import BaseThresholds
 from parathink.training.optim_config import with_betas
 
 LOSS_ON = ("response", "all")

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parathink.config_fields import at_least, probability_mass, tokens, within
+from parathink.config.fields import at_least, probability_mass, tokens, within
+from parathink.config.thresholds import EvalThresholds
 from parathink.errors import ConfigError
+from parathink.evaluation.sets import SET_KEYS
 from parathink.formats.tags import MAX_PARATHINKER_PATHS
-from parathink.quality.thresholds import EvalThresholds
-from parathink.stages.eval_sets import SET_KEYS
 
 MODES = ("causal", "structured")
 # Every model stage of the Parallel-R1 curriculum, in its order.
@@ -99,3 +99,9 @@ class EvalConfig:
                 synthetic.check_spec({k: v for k, v in spec.items() if k not in SET_KEYS}, f"eval.sets.{name}")
             if spec.get("k") is not None and int(spec["k"]) < 1:  # left out: the file's rows per problem
                 raise ConfigError(f"eval.sets.{name}.k: must be >= 1, got {spec['k']}")
+
+
+def stage_mode(cfg, stage: str) -> str:
+    """How ``stage``'s model is evaluated (``eval.mode_by_stage``, else ``eval.mode``): read by the eval stage,
+    the curriculum's tracking and the champion/challenger comparison, so all three score a model alike."""
+    return cfg.eval.mode_by_stage.get(stage, cfg.eval.mode)

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parathink.config_fields import at_least, count, probability_mass
+from parathink.config.fields import at_least, count, probability_mass
+from parathink.config.thresholds import TeacherThresholds
 from parathink.errors import ConfigError
-from parathink.quality.thresholds import TeacherThresholds
 
 BACKENDS = ("scripted", "self", "hf", "openai", "vllm")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGED = Path(__file__).resolve().parent / "hydra_conf"  # present in an installed wheel only
-CHECKOUT = Path(__file__).resolve().parents[2] / "hydra_conf"  # src/parathink/config_paths.py -> <checkout>/hydra_conf
+PACKAGED = Path(__file__).resolve().parents[1] / "hydra_conf"  # present in an installed wheel only
+CHECKOUT = Path(__file__).resolve().parents[3] / "hydra_conf"  # src/parathink/config/paths.py -> <checkout>/hydra_conf
 
 
 def config_dir() -> Path:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parathink.config_fields import above, at_least, fraction, steps
+from parathink.config.fields import above, at_least, fraction, steps
+from parathink.config.thresholds import SFTThresholds
 from parathink.errors import ConfigError
-from parathink.quality.thresholds import SFTThresholds
 from parathink.training.optim_config import with_betas
 
 COLLATORS = ("causal", "structured")

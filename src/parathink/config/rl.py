@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from parathink.config_fields import at_least, within
+from parathink.config.fields import at_least, within
+from parathink.config.thresholds import RLThresholds
 from parathink.errors import ConfigError
-from parathink.quality.thresholds import RLThresholds
 from parathink.training.optim_config import with_betas
 
 ENGINE_MODES = ("causal", "structured")

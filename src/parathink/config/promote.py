@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parathink.config_fields import at_least
+from parathink.config.fields import at_least
 from parathink.errors import ConfigError
 
 
