@@ -24,7 +24,7 @@ what it measured (no signal: a CUDA-graph capture is never interrupted). In the 
 - ``rl``: one step of ``parathink.training.rl`` (rollout, update, update with ``old_logprobs=recompute``) on a
   model of Qwen3-4B's width and vocabulary with as many of its layers as the memory model puts within
   ``RL_TARGET_GIB`` (bf16 weights, fp32 masters, AdamW, checkpointing, chunked log-probs): the measured peak against
-  that estimate checks the memory model (``parathink.memory_model``) on a real GPU.
+  that estimate checks the memory model (``parathink.placement.memory_model``) on a real GPU.
 
 ``Scale`` holds the sizes: the GPU's, and toy ones with which ``--device cpu`` runs the same code in CI.
 """
@@ -44,7 +44,6 @@ from typing import Any
 import bench_engine
 import torch
 
-from parathink import memory_model
 from parathink.engine import Engine, SamplingConfig
 from parathink.engine import decode as decode_module
 from parathink.engine.cache import RowCache
@@ -52,6 +51,7 @@ from parathink.engine.decode import StaticDecode
 from parathink.engine.kv_budget import BLOCK_TOKENS, blocks_for, kv_bytes_per_token, model_kv_bytes_per_token
 from parathink.engine.paged import PagedCache
 from parathink.engine.toy import toy_model
+from parathink.placement import memory_model
 
 GIB = 2**30
 # Qwen3-4B-Base's config.json.

@@ -1,4 +1,4 @@
-"""The memory model (``parathink.memory_model``) against measured peaks of real training steps on CPU.
+"""The memory model (``parathink.placement.memory_model``) against measured peaks of real training steps on CPU.
 
 For scaled-down Qwen3 shapes (random weights, Qwen3's proportions: q = 1.5 h, 4 query heads per KV head,
 intermediate = 3.75 h) and several lengths, micro-batches, layouts and precisions, each case runs in a fresh
@@ -106,7 +106,7 @@ CASES = (
 def predict(case: Case) -> tuple[dict[str, int], int]:
     """(parts, estimate): the memory model's ``sft_budget`` / ``rl_budget`` of ``case`` on one device, given the
     stage's settings the case runs with, less what a CPU step has not (kv_cache, workspace: 0)."""
-    from parathink import memory_model as mm
+    from parathink.placement import memory_model as mm
 
     arch = mm.Arch.from_cfg(case.shape)
     half = case.precision == "bf16"

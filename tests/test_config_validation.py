@@ -15,12 +15,13 @@ import typing
 import pytest
 from omegaconf import OmegaConf
 
-from parathink import cli, cluster
+from parathink import cli
 from parathink.config.fields import optional_of, requirement
 from parathink.errors import BadInput, ConfigError
 from parathink.pipeline import runner, schema
 from parathink.pipeline.compose import compose, config_dir
 from parathink.pipeline.schema import GROUPS, RootConfig
+from parathink.placement import cluster
 
 BASE = compose([])
 VALUES = OmegaConf.to_container(BASE)

@@ -1,4 +1,4 @@
-"""parathink.memory_model: the parts are the tensors they name, `plan` prints them and refuses what does not fit."""
+"""parathink.placement.memory_model: the parts are the tensors they name, `plan` prints them and refuses what does not fit."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import re
 
 import pytest
 
-from parathink import cli, cluster
+from parathink import cli
 from parathink.errors import ConfigError
-from parathink.memory_model import (
+from parathink.pipeline.compose import compose
+from parathink.placement import cluster
+from parathink.placement.memory_model import (
     GIB,
     PARTS,
     Arch,
@@ -22,7 +24,6 @@ from parathink.memory_model import (
     total,
     training_activations,
 )
-from parathink.pipeline.compose import compose
 
 QWEN3_4B = Arch(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, intermediate=9728, vocab=151936)
 
@@ -149,7 +150,7 @@ def test_plan_gives_the_teacher_and_the_gated_probes_their_device_memory(capsys)
 def test_the_rl_pool_is_the_remainder_after_every_counted_workspace():
     """RL's KV pool: 0.9 of the GPU less the states and the workspaces it used to leave to luck: the paged
     gather (512 rows x 5,000 x 4 KiB), float64 sampling, ZeRO-2's buckets, the CUDA context."""
-    from parathink.memory_model import gather_workspace, sampling_workspace, stage_budget, zero_buckets
+    from parathink.placement.memory_model import gather_workspace, sampling_workspace, stage_budget, zero_buckets
 
     # ~10 GB, the issue's figure: whole 16-token blocks, 5,000 tokens -> 313 blocks = 5,008 slots a row
     assert gather_workspace(QWEN3_4B, 2, 512, 5000) == 512 * 5008 * 4096
@@ -177,7 +178,7 @@ def test_zero_buckets_are_what_deepspeed_allocates_to_reduce_the_gradients(tmp_p
     bucket: at most the model); ZeRO-2's grads_in_partition (the parameters that touch this rank's partition, whole:
     at most the partition and two parameters crossing its ends); the fp32 cast of a reduced slice (at most the
     largest parameter or a partition); the all-gather allocates nothing, whatever its size."""
-    from parathink.memory_model import RL_AUTO_BUCKET, largest_param, model_arch, zero_buckets
+    from parathink.placement.memory_model import RL_AUTO_BUCKET, largest_param, model_arch, zero_buckets
 
     tiny = model_arch({"source": "builtin:tiny_base", "config": json.loads(
         open("src/parathink/assets/tiny_base/config.json").read())})
@@ -205,7 +206,7 @@ def test_the_engines_folded_copy_of_a_small_model_is_counted_and_none_of_qwen3_4
     """engine.runner.FastRunner keeps fused, pre-transposed weights (and lm_head as [h, V]) for a model of at most
     FOLD_MAX_PARAMS parameters, for the engine's life (an RL stage's update included: the rehearsal's residual)."""
     from parathink.engine.runner import FOLD_MAX_PARAMS
-    from parathink.memory_model import ENGINE_FOLD_MAX_PARAMS, folded_weights, model_arch
+    from parathink.placement.memory_model import ENGINE_FOLD_MAX_PARAMS, folded_weights, model_arch
 
     assert ENGINE_FOLD_MAX_PARAMS == FOLD_MAX_PARAMS and folded_weights(QWEN3_4B, 2) == 0
     tiny = model_arch({"source": "builtin:tiny_base", "config": json.loads(
@@ -217,7 +218,7 @@ def test_the_engines_folded_copy_of_a_small_model_is_counted_and_none_of_qwen3_4
 def test_the_rl_update_counts_no_mask_for_the_causal_grammar_and_the_device_mask_for_a_structured_one():
     """recompute_logprobs: SDPA's is_causal path (no L x L tensor) for causal rows; the additive [B, 1, L, L]
     mask built on the device for structured ones (modeling.attention)."""
-    from parathink.memory_model import recomputed_layer, rl_budget
+    from parathink.placement.memory_model import recomputed_layer, rl_budget
 
     section = {"deepspeed": None, "token_budget": 5000, "micro_batch_size": 8, "gradient_checkpointing": True,
                "logprob_chunk_tokens": 1024, "rollout_batch_size": 64, "kv_cache_gib": 10.0}
@@ -248,7 +249,7 @@ def test_scale_cpu_gives_every_stage_that_holds_a_model_an_estimate_from_the_tin
 
 
 def test_probe_kv_bytes_is_the_plans_kv_part_on_a_gpu_and_none_on_a_cpu():
-    from parathink.memory_model import probe_budget, probe_kv_bytes
+    from parathink.placement.memory_model import probe_budget, probe_kv_bytes
     from parathink.quality.probe import ProbeSpec
 
     spec = ProbeSpec(problems={"source": "synthetic"}, k=4, mode="causal", num_paths=2, temperature=1.0, top_p=1.0,
@@ -330,7 +331,7 @@ def test_rl_update_terms_bound_every_micro_batch_a_run_can_form():
     """A micro-batch is at most micro_batch_size rows of at most token_budget tokens and, with micro_batch_tokens,
     at most that many padded tokens: 7 rows of 140 tokens fit micro_batch_tokens=1,000 beside token_budget=256,
     980 padded tokens that tokens // token_budget rows (3 x 256 = 768) would under-count."""
-    from parathink.memory_model import recomputed_layer, rl_budget, training_activations
+    from parathink.placement.memory_model import recomputed_layer, rl_budget, training_activations
     from parathink.training.rl import micro_batches
 
     arch = QWEN3_4B

@@ -1,4 +1,4 @@
-"""parathink.podspec: the one rendering of a placement as a Pod, for every stage of every experiment: valid for a
+"""parathink.placement.podspec: the one rendering of a placement as a Pod, for every stage of every experiment: valid for a
 current Kubernetes release, compliant with Pod Security "restricted", and what `parathink plan` hands Airflow."""
 
 import copy
@@ -9,9 +9,10 @@ import kubernetes_validate
 import pytest
 from pod_security import violations
 
-from parathink import cli, cluster, podspec
+from parathink import cli
 from parathink.errors import ConfigError
 from parathink.pipeline.compose import compose
+from parathink.placement import cluster, podspec
 
 K8S_VERSION = kubernetes_validate.latest_version()
 EXPERIMENTS = ["tiny", "parallel_r1_seen", "npr", "parathinker"]

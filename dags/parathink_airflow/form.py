@@ -189,7 +189,7 @@ def arguments(experiment: str, *, run_dir: str, seed: int, stages: Sequence[str]
 def check_for_pods(plan: Mapping[str, Any], max_retries: int) -> None:
     """What ``executor=kubernetes`` needs beyond a valid config; FormError names the stage and the setting.
 
-    Where pods find the run directory is ``parathink plan``'s ``pod_run_dir`` (parathink.cluster.pod_run_dir: a
+    Where pods find the run directory is ``parathink plan``'s ``pod_run_dir`` (placement.cluster.pod_run_dir: a
     relative run_dir moves under a shared runs_root); null means no pod can see it.
     """
     volume = next((p.get("volume") for p in plan["placement"].values()), None)

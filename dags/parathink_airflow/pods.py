@@ -1,6 +1,6 @@
 """One curriculum stage as a ``KubernetesPodOperator`` pod: the Pod ``parathink plan`` rendered for it.
 
-The pod is not decided here. ``parathink plan`` prints each stage's Pod (``pods``, rendered by parathink.podspec
+The pod is not decided here. ``parathink plan`` prints each stage's Pod (``pods``, rendered by placement.podspec
 from ``hydra_conf/cluster/*.yaml``: image, resources, GPU pool, /dev/shm, env and env from Secrets by reference,
 the PVC, labels, the restricted security context) and the operator takes it as its pod template, adding only the
 command, Airflow's own labels and a name suffix. Succeeded pods are deleted; failed ones are kept for
@@ -22,7 +22,7 @@ def stage_pod(pod: Mapping[str, Any], placement: Mapping[str, Any], argv: Sequen
               task_id: str | None = None, get_logs: bool = True, kubeconfig: str | None = None,
               context: str | None = None, conn_id: str | None = "kubernetes_default"):
     """The ``KubernetesPodOperator`` that runs ``parathink ARGV...`` in ``pod``, the stage's Pod as ``parathink plan``
-    rendered it (``pods``: parathink.podspec); the operator only adds the command, its labels and a name suffix.
+    rendered it (``pods``: placement.podspec); the operator only adds the command, its labels and a name suffix.
 
     ``placement`` gives what is the operator's own (the start-up timeout). ``argv`` starts with ``stage NAME``.
     ``kubeconfig``/``context`` (and ``conn_id=None``) point it at a cluster outside Airflow's connections, as the

@@ -1,6 +1,6 @@
 """One process per GPU: ``parathink stage`` and ``parathink run`` start the ranks their placement asks for.
 
-The plan carries each stage's launch (``placement.<stage>.launch``, :attr:`parathink.cluster.Placement.launch`):
+The plan carries each stage's launch (``placement.<stage>.launch``, :attr:`placement.cluster.Placement.launch`):
 ``torchrun --nproc_per_node N -m parathink.cli stage NAME`` for a single-node stage of N > 1 GPUs, one process
 otherwise. Every launcher (Airflow's pods, KFP's components, a shell) calls ``parathink stage NAME [overrides]``,
 and that process runs the launch: when its placement asks for more than one rank and it is not itself a rank of a
@@ -100,9 +100,9 @@ def fit(launch: list[str], what: str, visible: int, cpus: int) -> list[str] | No
 
 def _stage_launch(name: str, overrides: list[str]) -> list[str] | None:
     """The launch to run for ``parathink stage NAME overrides`` here, or None to run the stage in this process."""
-    from parathink import cluster
     from parathink.pipeline.compose import compose
     from parathink.pipeline.runner import stage_aliases
+    from parathink.placement import cluster
 
     cfg = compose(stage_aliases(name, overrides))
     p = cluster.placement(cfg, name)
@@ -111,7 +111,7 @@ def _stage_launch(name: str, overrides: list[str]) -> list[str] | None:
 
 def run_launch_of(cfg, names: list[str]) -> list[str] | None:
     """``parathink run``'s launch: torchrun with the most ranks any of its single-node stages asks for, or None."""
-    from parathink import cluster
+    from parathink.placement import cluster
 
     enabled = [n for n in names if n in cfg and cfg[n].get("enabled", True)]
     most = max((p.procs_per_node for n in enabled if (p := cluster.placement(cfg, n)).nodes == 1), default=1)

@@ -111,7 +111,7 @@ def _placement(**over):
 
 
 def test_pods_need_a_run_directory_they_can_see_and_one_node():
-    """``pod_run_dir`` is parathink plan's (parathink.cluster.pod_run_dir); null: no pod can see the run directory."""
+    """``pod_run_dir`` is parathink plan's (parathink.placement.cluster.pod_run_dir); null: no pod can see the run directory."""
     check_for_pods({"run_dir": "runs/a", "pod_run_dir": "s3://b/a", "placement": {"sft": _placement()}}, 5)
     with pytest.raises(FormError, match="run_dir: '/tmp/a' is not visible to pods.*no volume"):
         check_for_pods({"run_dir": "/tmp/a", "pod_run_dir": None, "placement": {"sft": _placement()}}, 5)

@@ -68,7 +68,7 @@ def test_a_gpu_stage_pod_asks_for_the_gpu_pool(pods):
 
 
 def test_the_pod_is_the_one_plan_rendered_plus_the_command_and_airflows_labels(pods, plans):
-    """The operator adds the command, its own labels and a name suffix to parathink.podspec's Pod, nothing else."""
+    """The operator adds the command, its own labels and a name suffix to parathink.placement.podspec's Pod, nothing else."""
     rendered = json.loads(plans["gpu"].read_text())["pods"]["sft"]
     request = pods["gpu"]["sft"]["request"]
     (container,), (mine,) = request["spec"]["containers"], rendered["spec"]["containers"]

@@ -187,8 +187,8 @@ def test_egress_is_dns_this_namespace_object_storage_and_the_hub_only_for_stages
     assert hub["podSelector"] == {"matchLabels": {"parathink.io/hub": "true"}}
     assert hub["egress"] == [{"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}], "ports": [{"port": 443, "protocol": "TCP"}]}]
     # The stages that download weights carry the label (hydra_conf/cluster/gpu.yaml hub_stages); the others do not.
-    from parathink import cluster, podspec
     from parathink.pipeline.compose import compose
+    from parathink.placement import cluster, podspec
 
     cfg = compose(["experiment=parallel_r1_seen"])
     labelled = {s for s in ("base", "teacher", "sft", "eval")

@@ -86,7 +86,7 @@ def test_airflow_task_gets_the_stage_exit_code(cluster, chart_installed, teacher
 def test_kubeflow_stage_pod_runs_filter(cluster, chart_installed, teacher_output, tmp_path):
     runs_root = tmp_path / "runs"
     shutil.copytree(teacher_output, runs_root / "kfp")
-    # An absolute path on no volume is no run directory pods share (parathink.cluster.pod_run_dir): KFP keeps it as
+    # An absolute path on no volume is no run directory pods share (parathink.placement.cluster.pod_run_dir): KFP keeps it as
     # given, which is what this test's fake kubelet, running pods on this machine's disk, needs.
     (pod,) = stage_objects([*PLAN, f"cluster.runs_root={runs_root}", f"run_dir={runs_root / 'kfp'}"], "filter")
     pod["metadata"]["name"] = "kfp-filter"

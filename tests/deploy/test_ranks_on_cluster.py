@@ -25,7 +25,7 @@ STAGE_WAIT_S = 600  # a bound on the wait (two ranks import torch on a busy mach
 
 def two_gpu_profile(runs_root: Path) -> list[str]:
     """The GPU profile on the 2-GPU node, sized for it; the run directory on this machine's disk (the fake kubelet
-    runs pods here: an absolute path on no volume is kept as given, parathink.cluster.pod_run_dir)."""
+    runs pods here: an absolute path on no volume is kept as given, parathink.placement.cluster.pod_run_dir)."""
     selector = ", ".join(f"{k}: {v}" for k, v in TWO_GPU_LABEL.items())
     toleration = f"{{key: {TWO_GPU_TAINT['key']}, operator: Exists, effect: {TWO_GPU_TAINT['effect']}}}"
     return ["experiment=tiny", "cluster=gpu", "cluster.gpus_per_node=2", "cluster.scratch=null",

@@ -1,5 +1,5 @@
 """A curriculum stage as a pod of the trainer image on the real local cluster (conftest.py: kubelet + containerd +
-the control plane, the chart installed): the pod is the one parathink.podspec renders from the cluster profile
+the control plane, the chart installed): the pod is the one parathink.placement.podspec renders from the cluster profile
 (as the DAG's KubernetesPodOperator and KFP use it), its run directory is on the in-cluster S3, it tracks to the
 in-cluster MLflow through the Service's DNS name. What is checked is what only a real node can show: the container
 ran in containerd from the image `make images` built (its config digest is podman's image ID), the kubelet enforced
@@ -23,8 +23,8 @@ from kubernetes import client
 from local_cluster import CLUSTER_DIR, Paths, ctr
 from local_install import MLFLOW_USER, NAMESPACE, S3_BUCKET, service_url
 
-from parathink import cluster, podspec
 from parathink.pipeline.compose import compose
+from parathink.placement import cluster, podspec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 STAGE_TIMEOUT_S = 600  # a bound on the wait, never a figure under test

@@ -13,8 +13,8 @@ import yaml
 from kfp_helpers import SEEN, SFT_2_NODES, plan_json, task_name
 from pod_security import violations
 
-from parathink import podspec
 from parathink.kfp.plan import make_plan, objects, stage_objects
+from parathink.placement import podspec
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()
 TRAINJOB_SCHEMA = yaml.safe_load((Path(__file__).parent / "schemas" / "trainjob.v1alpha1.yaml").read_text())

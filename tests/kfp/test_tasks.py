@@ -1,4 +1,4 @@
-"""parathink.kfp.tasks: the rendered Pod (parathink.podspec) carried onto each KFP task, and refused where KFP has no
+"""parathink.kfp.tasks: the rendered Pod (parathink.placement.podspec) carried onto each KFP task, and refused where KFP has no
 counterpart for one of its fields (rather than dropped)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from kfp import dsl
 from kfp_helpers import SEEN, task_name
 
-from parathink import cluster, podspec
 from parathink.kfp.tasks import PodNotExpressible, place
 from parathink.pipeline.compose import compose
+from parathink.placement import cluster, podspec
 
 
 def test_every_task_runs_as_the_pods_non_root_user_with_its_labels(compile_pipeline):

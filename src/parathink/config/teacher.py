@@ -183,7 +183,7 @@ class TeacherConfig:
             raise ConfigError(f"teacher.self.min_paths: must be in 1..num_paths={s.num_paths}, got {s.min_paths}")
 
     def _check_vllm(self) -> None:
-        from parathink.cluster import VLLM_PARALLEL
+        from parathink.placement.cluster import VLLM_PARALLEL
 
         v = self.vllm
         if v.parallel not in VLLM_PARALLEL:

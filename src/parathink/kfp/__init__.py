@@ -2,7 +2,7 @@
 
 Each stage is a lightweight component whose body runs ``parathink stage NAME`` in a subprocess; a stage that the
 cluster profile puts on several nodes runs as a Kubeflow Trainer v2 ``TrainJob`` instead. Nothing here trains,
-grades or decides what is up to date: placement comes from :mod:`parathink.cluster`, freshness from the run
+grades or decides what is up to date: placement comes from :mod:`parathink.placement.cluster`, freshness from the run
 directory's manifests. ``docs/kubeflow.md`` is the user's guide; ``components/README.md`` the component catalogue.
 
 Modules, each with one job: ``plan`` (the overrides validated, the run's stages and placements), ``components`` (the

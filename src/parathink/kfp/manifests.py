@@ -1,5 +1,5 @@
 """The Kubernetes objects of one stage as plain dicts: its Pod, and for a multi-node stage its Kubeflow Trainer v2
-``TrainJob``. Pure functions of a :class:`parathink.cluster.Placement` (no kfp, no Kubernetes client).
+``TrainJob``. Pure functions of a :class:`parathink.placement.cluster.Placement` (no kfp, no Kubernetes client).
 
 The KFP pipeline places its tasks through kfp-kubernetes (:mod:`parathink.kfp.tasks`); these dicts say the same
 thing in the Kubernetes API's own words, so that a test can create them on a real API server and the launcher can
@@ -17,9 +17,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from parathink import podspec
-from parathink.cluster import Placement
-from parathink.podspec import k8s_name
+from parathink.placement import podspec
+from parathink.placement.cluster import Placement
+from parathink.placement.podspec import k8s_name
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINER_API = f"{TRAINER_GROUP}/v1alpha1"

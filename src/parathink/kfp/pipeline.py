@@ -12,10 +12,10 @@ from pathlib import Path
 
 from kfp import compiler, dsl
 
-from parathink import podspec
 from parathink.kfp.components import stage_component
 from parathink.kfp.plan import Plan
 from parathink.kfp.tasks import place
+from parathink.placement import podspec
 
 
 def pipeline_name(experiment: str) -> str:

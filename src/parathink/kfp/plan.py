@@ -10,17 +10,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from parathink import cluster, podspec
-from parathink.cluster import Placement
 from parathink.errors import ConfigError
 from parathink.kfp import manifests
+from parathink.placement import cluster, podspec
+from parathink.placement.cluster import Placement
 
 
 @dataclass(frozen=True)
 class Plan:
     experiment: str
     seed: int
-    run_dir: str  # the pipeline's run directory: parathink.cluster.pod_run_dir's, or as given when no pod can see it
+    run_dir: str  # the pipeline's run directory: placement.cluster.pod_run_dir's, or as given when no pod can see it
     stages: list[str]
     placements: dict[str, Placement]  # where each stage's `parathink stage` runs
     launchers: dict[str, Placement]  # multi-node stages: the pod that creates the TrainJob and waits for it

@@ -36,7 +36,7 @@ def run_name(plan: Plan, now: float | None = None) -> str:
 
 
 def check_shared(plan: Plan) -> None:
-    """A cluster's pods share no disk: the run directory must be one they all see (parathink.cluster.pod_run_dir)."""
+    """A cluster's pods share no disk: the run directory must be one they all see (placement.cluster.pod_run_dir)."""
     if not plan.pods_see_run_dir:
         raise ConfigError(f"run_dir: {plan.run_dir!r} is a folder on one machine; a KFP run needs s3://... or a path "
                           "on the profile's volume (set run_dir=, or pick a cluster profile with a shared runs_root)")

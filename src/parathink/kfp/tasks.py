@@ -1,4 +1,4 @@
-"""A stage's Pod (:func:`parathink.podspec.pod`, the one rendering of a placement) applied to its KFP task: the image
+"""A stage's Pod (:func:`placement.podspec.pod`, the one rendering of a placement) applied to its KFP task: the image
 and resources through the KFP SDK, the rest through kfp-kubernetes.
 
 KFP builds the pod itself, so the Pod is translated field by field; a field this module does not know fails the
@@ -22,7 +22,7 @@ from typing import Any
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
-from parathink import podspec
+from parathink.placement import podspec
 
 SET_BY_KFP = {"name", "command"}  # container fields KFP fills in itself (its launcher runs our component)
 SPEC_BY_RUN = {"serviceAccountName", "restartPolicy"}  # per run or KFP's own (module docstring)

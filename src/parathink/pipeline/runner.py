@@ -36,7 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from parathink import cluster, distributed, memory, storage
+from parathink import distributed, memory, storage
 from parathink.errors import ConfigError, Unavailable
 from parathink.evaluation import results as results_file
 from parathink.exits import EXIT_OK, guarded
@@ -44,6 +44,7 @@ from parathink.jsonl import load_record
 from parathink.logs import log, metrics_tail
 from parathink.pipeline import gating
 from parathink.pipeline.compose import compose
+from parathink.placement import cluster
 from parathink.quality import GateFailed
 from parathink.redact import redact_text
 from parathink.rundir import provenance, timings
@@ -535,7 +536,7 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
     The config is validated exactly as ``parathink run`` validates it, so a bad override fails here, in seconds,
     with the same one-line error (docs/orchestration.md).
     """
-    from parathink import cluster, podspec
+    from parathink.placement import cluster, podspec
 
     validate(cfg, names)
     names = [n for n in names if cfg[n].get("enabled", True)]
@@ -548,14 +549,14 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
         "stages": names,
         "cluster": {"name": str(cfg.cluster.name), "accelerator": str(cfg.cluster.accelerator),
                     "runs_root": str(cfg.cluster.runs_root)},
-        # Where every pod of a cluster finds the run directory, or null when none can (parathink.cluster.pod_run_dir).
+        # Where every pod of a cluster finds the run directory, or null when none can (placement.cluster.pod_run_dir).
         "pod_run_dir": cluster.pod_run_dir(str(cfg.run_dir), str(cfg.cluster.runs_root),
                                            next(iter(placements.values())).volume if placements else None),
         "placement": {n: p.to_dict() for n, p in placements.items()},
         # What this installation can run itself: an orchestrator refuses a local executor that would fail an hour
         # in (the orchestrator image's parathink plans only: no torch, no kfp).
         "runtime": {m: importlib.util.find_spec(m) is not None for m in ("torch", "kfp")},
-        # Each stage's Pod without its command (the orchestrator adds it): Airflow's pod template (parathink.podspec).
+        # Each stage's Pod without its command (the orchestrator adds it): Airflow's pod template (placement.podspec).
         "pods": {n: podspec.pod(p) for n, p in placements.items()},
         "tracking": {k: (redact_text(str(t.get(k))) if t.get(k) is not None else None)
                      for k in ("backend", "uri", "experiment", "registered_model")},

@@ -17,7 +17,7 @@ key and what is allowed:
 ``parathink.pipeline.compose.compose`` runs it on every composition, so ``parathink run``, ``stage``, ``plan`` and every
 orchestrator refuse such a key before anything starts (exit 2). What needs more than one key, a file or the machine
 (``sft.global_batch`` a multiple of ``sft.micro_batch``, a DeepSpeed JSON that exists, a cluster quantity, a model
-that fits its GPUs) is each stage's ``validate`` and ``parathink.cluster``'s, run by ``parathink.pipeline.runner``
+that fits its GPUs) is each stage's ``validate`` and ``placement.cluster``'s, run by ``parathink.pipeline.runner``
 before the first stage starts. A plug-in stage's section (its name in ``stage_modules``) is its own module's to
 check. No torch here.
 """
@@ -40,7 +40,6 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from parathink.cluster import ACCELERATORS, PULL_POLICIES
 from parathink.config.base import BaseConfig
 from parathink.config.eval import EvalConfig
 from parathink.config.fields import (
@@ -60,6 +59,7 @@ from parathink.config.sft import SFTConfig
 from parathink.config.teacher import TeacherConfig
 from parathink.errors import ConfigError
 from parathink.formats.tags import GRAMMARS, MAX_PARATHINKER_PATHS
+from parathink.placement.cluster import ACCELERATORS, PULL_POLICIES
 
 # parathink.modeling.factory's dtype names (a test keeps them equal; listed here so that checking needs no torch)
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
@@ -145,7 +145,7 @@ class Retries:
 @dataclass(frozen=True)
 class ClusterProfile:
     """``cluster`` (hydra_conf/cluster/gpu.yaml documents every key): its keys, their types, choices and counts.
-    The rest (quantities, tolerations, volumes, the model fitting its GPUs) is ``parathink.cluster``'s to check."""
+    The rest (quantities, tolerations, volumes, the model fitting its GPUs) is ``placement.cluster``'s to check."""
 
     name: str = MISSING
     accelerator: str = one_of(ACCELERATORS, MISSING)

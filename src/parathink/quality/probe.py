@@ -77,8 +77,8 @@ def sample(model_dir: Path | str, spec: ProbeSpec, grammar: str, seed: int) -> d
     from parathink.data.sources import load_problems
     from parathink.evaluation.evaluate import evaluate_set
     from parathink.evaluation.generators import engine_generator
-    from parathink.memory_model import probe_kv_bytes
     from parathink.modeling import load_model
+    from parathink.placement.memory_model import probe_kv_bytes
 
     records = load_problems(spec.problems, seed=seed)
     torch.manual_seed(seed)

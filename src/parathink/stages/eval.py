@@ -75,8 +75,8 @@ class _Sampler:
         import torch
 
         from parathink.evaluation.generators import engine_generator
-        from parathink.memory_model import engine_kv_bytes
         from parathink.modeling import load_model
+        from parathink.placement.memory_model import engine_kv_bytes
 
         e = self.cfg.eval
         if self.model is None:

@@ -63,7 +63,7 @@ def make_backend(cfg: DictConfig, ctx: StageContext):
         from parathink.teacher.openai_http import OpenAIConfig, OpenAITeacher
 
         return OpenAITeacher(OpenAIConfig(**dataclasses.asdict(t.openai), grammar=t.grammar))
-    from parathink.cluster import placement
+    from parathink.placement.cluster import placement
     from parathink.teacher.vllm_offline import VLLMTeacher
 
     v = t.vllm

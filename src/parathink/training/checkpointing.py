@@ -1,7 +1,7 @@
 """Activation (gradient) checkpointing for a training stage's model.
 
 A decoder layer's activations are what a long sequence costs: Qwen3-4B's layer keeps about 186 KiB per token for its
-backward in bf16 (``parathink.memory_model.layer_activation_bytes``), 6.5 MiB over its 36 layers: 32 GiB for one
+backward in bf16 (``placement.memory_model.layer_activation_bytes``), 6.5 MiB over its 36 layers: 32 GiB for one
 5,000-token rollout. Checkpointing keeps each layer's input only (hidden x 2 bytes: 180 KiB a token over all layers)
 and one layer recomputed at a time, about a third more compute for a seventeenth of the memory. The gradients are
 the same (the recomputed forward is the same computation; a test checks it).

@@ -195,9 +195,9 @@ def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str,
     from accelerate import Accelerator
 
     from parathink.engine import Engine
-    from parathink.memory_model import engine_kv_bytes
     from parathink.modeling import load_model
     from parathink.modeling.factory import to_dtype
+    from parathink.placement.memory_model import engine_kv_bytes
     from parathink.rewards import get_reward
 
     def whole():  # a frozen model every process holds all of: the reference, and the engine's copy under ZeRO-3

@@ -556,7 +556,7 @@ def model_arch(model: Mapping[str, Any]) -> Arch | None:
     if "vocab_size" not in node:
         source, folder = str(model.get("source") or ""), None
         if source.startswith("builtin:"):
-            folder = Path(__file__).parent / "assets" / source.removeprefix("builtin:")
+            folder = Path(__file__).parents[1] / "assets" / source.removeprefix("builtin:")
         elif source and "://" not in source:
             folder = Path(source)
         try:

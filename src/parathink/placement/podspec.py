@@ -1,6 +1,6 @@
 """A stage's placement as a Kubernetes Pod: the one rendering every orchestrator consumes.
 
-:func:`pod` turns a :class:`parathink.cluster.Placement` into the Pod manifest (the Kubernetes API's JSON, plain
+:func:`pod` turns a :class:`placement.cluster.Placement` into the Pod manifest (the Kubernetes API's JSON, plain
 dicts): the container (image, pull policy, resources, env, env from Secrets, mounts), the GPU pool's node selector
 and tolerations, the volumes, the labels and the security context. The consumers translate it, they do not decide:
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from parathink.cluster import Placement
+from parathink.placement.cluster import Placement
 
 SHM_VOLUME, RUNS_VOLUME, SCRATCH_VOLUME = "dshm", "runs", "scratch"
 CONTAINER = "main"  # KFP's name for a task's container; Airflow watches the container by the name it finds here

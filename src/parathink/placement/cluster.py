@@ -81,7 +81,7 @@ class Placement:
     # The stage's local files (the model hub's downloads: HF_HOME lies under it) on a volume of their own, made and
     # deleted with the pod, not on the node's disk: {"mount_path", "size", "storage_class" (None: the default)}.
     scratch: dict[str, Any] | None = None
-    # A GPU stage's memory on one GPU (parathink.memory_model, docs/gpu.md): {estimate_gib, capacity_gib, parts:
+    # A GPU stage's memory on one GPU (placement.memory_model, docs/gpu.md): {estimate_gib, capacity_gib, parts:
     # {weights, grads, optimizer, activations, logits, kv_cache, workspace}, note}; None on a CPU or with no shape.
     device_memory: dict[str, Any] | None = None
     # The vLLM teacher's engines over the pod's GPUs (teacher.vllm.parallel): {parallel: data | tensor, engines,
@@ -376,7 +376,7 @@ def _with_device_memory(cfg, p: Placement, gpu_memory: Any) -> Placement:
     config without its shape."""
     from dataclasses import replace
 
-    from parathink import memory_model
+    from parathink.placement import memory_model
 
     if p.gpu and gpu_memory:
         capacity = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory"))
