@@ -8,12 +8,18 @@ import pytest
 from parathink import cli
 from parathink.errors import ConfigError
 from parathink.pipeline.compose import compose
+from parathink.pipeline.runner import stage_roles
 from parathink.placement import cluster
+
+
+def plan_of(cfg, names):
+    """``cluster.plan`` as the pipeline calls it: each stage with the role its ``StageSpec`` declares."""
+    return cluster.plan(cfg, stage_roles(cfg, names))
 
 
 def test_gpu_profile_places_gpu_stages_on_the_pool_and_the_rest_on_cpu():
     cfg = compose(["experiment=parallel_r1_seen"])
-    plan = cluster.plan(cfg, ["filter", "sft"])
+    plan = plan_of(cfg, ["filter", "sft"])
     sft, filt = plan["sft"], plan["filter"]
     assert sft.gpu and sft.gpus_per_node == 8 and sft.procs_per_node == 8 and sft.nodes == 1
     assert sft.node_selector == {"parathink.io/pool": "gpu"}
@@ -29,7 +35,7 @@ def test_local_profile_has_no_gpu_stage_and_overrides_apply_per_stage():
     cfg = compose(["cluster=gpu", "+cluster.stage_overrides.sft.nodes=2"])
     assert cluster.placement(cfg, "sft").nodes == 2 and cluster.placement(cfg, "rl_hard").nodes == 1
     local = compose([])
-    assert not any(p.gpu for p in cluster.plan(local, list(local.stages)).values())
+    assert not any(p.gpu for p in plan_of(local, list(local.stages)).values())
 
 
 @pytest.mark.parametrize("override, message", [
@@ -47,7 +53,7 @@ def test_local_profile_has_no_gpu_stage_and_overrides_apply_per_stage():
 def test_bad_profile_values_name_the_key(override, message):
     """Refused while composing (a choice or a count: parathink.pipeline.schema) or by the plan (the rest)."""
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        cluster.plan(compose(["experiment=parallel_r1_seen", override]), ["sft"])
+        plan_of(compose(["experiment=parallel_r1_seen", override]), ["sft"])
 
 
 def test_plan_prints_stages_and_placement_as_json(capsys):
@@ -92,7 +98,7 @@ def test_a_relative_run_dir_that_leaves_runs_root_is_refused():
 
 def test_every_stage_that_loads_the_model_is_on_the_gpu_pool_with_shm_sized_per_kind():
     cfg = compose(["experiment=parallel_r1_seen"])
-    plan = cluster.plan(cfg, [*cfg.stages, "promote"])
+    plan = plan_of(cfg, [*cfg.stages, "promote"])
     assert {s for s, p in plan.items() if not p.gpu} == {"filter", "promote"}  # base loads Qwen3-4B and probes
     assert plan["base"].resources == {"cpu": "32", "memory": "256Gi"}
     assert (plan["sft"].shm_size, plan["filter"].shm_size) == ("64Gi", "1Gi")
@@ -105,7 +111,7 @@ def test_every_stage_that_loads_the_model_is_on_the_gpu_pool_with_shm_sized_per_
 def test_a_shm_that_the_pods_memory_cannot_hold_is_refused(override, message):
     cfg = compose(["experiment=parallel_r1_seen", override])
     with pytest.raises(ConfigError, match=message):
-        cluster.plan(cfg, ["sft", "filter"])
+        plan_of(cfg, ["sft", "filter"])
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -129,13 +135,13 @@ def test_every_gpu_experiment_fits_the_gpu_profile_and_eight_gpus_share_the_opti
     for experiment in ("parallel_r1_seen", "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "npr", "parathinker",
                        "scaffold", "grpo_baseline"):
         cfg = compose([f"experiment={experiment}"])
-        plan = cluster.plan(cfg, [*cfg.stages, "promote"])  # raises when a placement cannot hold the model
+        plan = plan_of(cfg, [*cfg.stages, "promote"])  # raises when a placement cannot hold the model
         for stage, p in plan.items():
             if p.gpu and stage != "teacher":  # the teacher's model is its backend's, not model.*
                 memory = p.device_memory
                 assert memory is not None and 0 < memory["estimate_gib"] <= memory["capacity_gib"] == 80.0, stage
     cfg = compose(["experiment=parallel_r1_seen", "cluster.gpu_memory=48Gi"])
-    plan = cluster.plan(cfg, ["sft"])  # ZeRO-2 over 8 GPUs: 7.5 GiB of weights + 9.4 of states, checkpointed
+    plan = plan_of(cfg, ["sft"])  # ZeRO-2 over 8 GPUs: 7.5 GiB of weights + 9.4 of states, checkpointed
     assert plan["sft"].device_memory["estimate_gib"] < 48
 
 

@@ -215,7 +215,7 @@ INTS = [(k, hint, f) for k, hint, f in LEAVES if optional_of(hint)[0] is int]
 
 
 def test_no_float_field_takes_nan_or_infinity_and_no_int_field_a_number_past_the_ceiling():
-    """The rule is ``config_fields.violation``'s, so it holds for a field whatever bounds it declares (or none)."""
+    """The rule is ``config.fields.violation``'s, so it holds for a field whatever bounds it declares (or none)."""
     from parathink.config.fields import INT_CEILING, violation
 
     assert len(FLOATS) > 20 and len(INTS) > 50

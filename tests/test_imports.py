@@ -240,3 +240,40 @@ def test_the_name_check_sees_a_renamed_function(tmp_path):
     assert unresolved_imports(tmp_path, ("benchmarks",)) == [
         "benchmarks/check.py:2 parathink.training.rl.kv_cache_bytes", "benchmarks/check.py:4 parathink.gone",
         "benchmarks/check.py:5 parathink.nothing"]
+
+
+# The layers below the pipeline (docs/design.md, "Where things live"): they may import each other and the config and
+# run-directory layers, never the stages or the pipeline that chains them (an import inside a function counts).
+LOWER = ("engine", "modeling", "training", "evaluation", "quality", "tracking", "storage", "teacher", "data",
+         "rewards", "grading", "formats", "config", "rundir", "placement")
+UPPER = ("parathink.stages", "parathink.pipeline")
+
+
+def upward_imports() -> set[tuple[str, str]]:
+    """(module, what it imports) for every import from a lower layer up into the stages or the pipeline."""
+    known = modules()
+    found = set()
+    for module, (path, is_package) in known.items():
+        if module.split(".")[1:2] and module.split(".")[1] in LOWER:
+            for name in imports_of(module, path, is_package, known):
+                if any(name == up or name.startswith(up + ".") for up in UPPER):
+                    found.add((module, name))
+    return found
+
+
+def test_no_lower_layer_imports_the_stages_or_the_pipeline():
+    assert upward_imports() == set()
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path, monkeypatch):
+    """The check on a made-up package: a training module that imports the runner inside a function."""
+    pkg = tmp_path / "parathink"
+    for sub in ("training", "pipeline", "stages"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "pipeline" / "runner.py").write_text("from parathink.training import loop\n")
+    (pkg / "training" / "loop.py").write_text("def f():\n    from parathink.pipeline import runner\n")
+    (pkg / "stages" / "sft.py").write_text("from parathink.training import loop\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    assert upward_imports() == {("parathink.training.loop", "parathink.pipeline.runner")}

@@ -10,6 +10,7 @@ import pytest
 from parathink import cli
 from parathink.errors import ConfigError
 from parathink.pipeline.compose import compose
+from parathink.pipeline.runner import stage_roles
 from parathink.placement import cluster
 from parathink.placement.memory_model import (
     GIB,
@@ -24,6 +25,11 @@ from parathink.placement.memory_model import (
     total,
     training_activations,
 )
+
+
+def plan_of(cfg, names):
+    """``cluster.plan`` as the pipeline calls it: each stage with the role its ``StageSpec`` declares."""
+    return cluster.plan(cfg, stage_roles(cfg, names))
 
 QWEN3_4B = Arch(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, intermediate=9728, vocab=151936)
 
@@ -128,7 +134,7 @@ def test_plan_names_the_part_that_does_not_fit(capsys, override, stage, part):
 def test_a_cache_that_cannot_hold_one_rollout_is_refused():
     cfg = compose(["experiment=parallel_r1_seen", "rl_easy.deepspeed=null"])  # 75 GiB of unsharded states
     with pytest.raises(ConfigError, match=r"rl_easy: the KV cache gets 0.00 GiB per GPU, less than one rollout"):
-        cluster.plan(cfg, ["rl_easy"])
+        plan_of(cfg, ["rl_easy"])
 
 
 # ------------------------------------------------------------------ issue 47: every allocation inside the plan
@@ -159,7 +165,7 @@ def test_the_rl_pool_is_the_remainder_after_every_counted_workspace():
     part, big = -(-QWEN3_4B.params // 8), 151936 * 2560
     assert buckets == 2 * 500_000_000 * 2 + 500_000_000 * 2 + (part + 2 * big) * 2 + big * 4  # see the test below
     cfg = compose(["experiment=parallel_r1_seen"])
-    budget = stage_budget(cfg, "rl_easy", 8, 80 * GIB)
+    budget = stage_budget(cfg, "rl_easy", stage_roles(cfg, ["rl_easy"])["rl_easy"], 8, 80 * GIB)
     p = budget.parts
     assert p["workspace"] > gather_workspace(QWEN3_4B, 2, 512, 5000) + sampling_workspace(QWEN3_4B, 512)
     assert p["kv_cache"] == int(0.9 * 80 * GIB) - (p["weights"] + p["grads"] + p["optimizer"] + p["workspace"])

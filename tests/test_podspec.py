@@ -12,7 +12,13 @@ from pod_security import violations
 from parathink import cli
 from parathink.errors import ConfigError
 from parathink.pipeline.compose import compose
+from parathink.pipeline.runner import stage_roles
 from parathink.placement import cluster, podspec
+
+
+def plan_of(cfg, names):
+    """``cluster.plan`` as the pipeline calls it: each stage with the role its ``StageSpec`` declares."""
+    return cluster.plan(cfg, stage_roles(cfg, names))
 
 K8S_VERSION = kubernetes_validate.latest_version()
 EXPERIMENTS = ["tiny", "parallel_r1_seen", "npr", "parathinker"]
@@ -21,7 +27,7 @@ EXPERIMENTS = ["tiny", "parallel_r1_seen", "npr", "parathinker"]
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_stage_pod_is_valid_and_restricted(experiment):
     cfg = compose([f"experiment={experiment}", "+cluster.stage_overrides.sft.nodes=1"])
-    for stage, p in cluster.plan(cfg, [*cfg.stages, "promote"]).items():
+    for stage, p in plan_of(cfg, [*cfg.stages, "promote"]).items():
         pod = podspec.pod(p, ["parathink", "stage", stage])
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
         assert violations(pod["spec"]) == [], (experiment, stage)

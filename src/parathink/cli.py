@@ -172,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module, func, help_ in [
         ("run", "parathink.launch", "main_run", "run the curriculum's stages in order"),
         ("demo", "parathink.pipeline.runner", "main_demo", "run the tiny curriculum and print its table"),
-        ("promote", "parathink.tracking.registry", "main_promote", "move the champion alias if the candidate wins"),
-        ("compare", "parathink.tracking.compare", "main_compare", "print runs' tables side by side (two or more)"),
+        ("promote", "parathink.pipeline.commands", "main_promote", "move the champion alias if the candidate wins"),
+        ("compare", "parathink.pipeline.commands", "main_compare", "print runs' tables side by side (two or more)"),
         ("report", "parathink.report", "main", "(re)write a run directory's report.md from what it published"),
         ("kfp", "parathink.kfp.cli", "main", "Kubeflow Pipelines: compile | run --local | submit the curriculum"),
         ("data", "parathink.data.cli", "main", "problem sets: describe SPEC (what a source spec reads)"),

@@ -131,7 +131,7 @@ def write(rundir, experiment: str, stages: list[str]) -> str:
         results = results_file.parse(storage.read_bytes(location), location) if storage.exists(location) else None
     # Every plot, drawn once per report: the run's tracking logs these same files (tracking.curriculum).
     # The plot folder is removed and rewritten, and a local run's report and figure are written in place: none may
-    # be a symlink that leads out of the run directory (stages.confine; checked before anything is removed).
+    # be a symlink that leads out of the run directory (rundir.confine; checked before anything is removed).
     plot_dir = inside(rundir.local, rundir.local / PLOT_DIR)
     if not rundir.remote:
         for rel in (REPORT_MD, FIGURE_DIR):

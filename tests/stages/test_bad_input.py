@@ -96,7 +96,7 @@ def test_a_config_that_fails_validation_leaves_no_mlflow_run(tmp_path, capsys, m
 
 
 def test_promote_with_a_non_numeric_margin_is_one_line(tmp_path, capsys, monkeypatch):
-    from parathink.tracking.registry import main_promote
+    from parathink.pipeline.commands import main_promote
 
     monkeypatch.chdir(tmp_path)
     assert main_promote(["tracking.promote.margin=abc"]) == 2
@@ -105,7 +105,7 @@ def test_promote_with_a_non_numeric_margin_is_one_line(tmp_path, capsys, monkeyp
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"stages": {"sft": []}}'])
 def test_compare_on_a_malformed_results_json_prints_nothing_but_one_line(tmp_path, capsys, content):
-    from parathink.tracking.compare import main_compare
+    from parathink.pipeline.commands import main_compare
 
     good = {"stages": {"sft": {"hard": {"accuracy": 0.2, "pass_at_k": 0.4, "parallel_rate": 0.5,
                                         "relative_position": 0.3, "n": 10, "k": 1}}}}

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from parathink.pipeline import runner
-from parathink.tracking import compare, registry
+from parathink.pipeline import commands, runner
+from parathink.tracking import registry
 
 
 def overrides(c, *extra):
@@ -65,16 +65,16 @@ def test_promote_moves_champion_only_on_a_win(curriculum, capsys):
     assert runner.main_run(overrides(curriculum)) == 0
     client = MlflowClient(tracking_uri=curriculum.uri)
     base = [f"tracking.uri={curriculum.uri}"]
-    assert registry.main_promote(base) == 0
+    assert commands.main_promote(base) == 0
     assert "no champion yet" in capsys.readouterr().out
     champion = client.get_model_version_by_alias("parathink-tiny", "champion")
     assert champion.tags["stage"] == "tune"
     train_v = [v for v in client.search_model_versions("name='parathink-tiny'") if v.tags["stage"] == "train"][0]
-    assert registry.main_promote(base + [f"tracking.promote.candidate={train_v.version}"]) == 0
+    assert commands.main_promote(base + [f"tracking.promote.candidate={train_v.version}"]) == 0
     out = capsys.readouterr().out
     assert "kept champion" in out and "0.1300 does not beat the champion's 0.1900" in out
     assert client.get_model_version_by_alias("parathink-tiny", "champion").version == champion.version
-    assert registry.main_promote(base) == 0
+    assert commands.main_promote(base) == 0
     assert "already the champion" in capsys.readouterr().out
 
 
@@ -92,7 +92,7 @@ def test_compare_prints_both_runs(curriculum, capsys):
     curriculum.run_dir = str(other)
     assert runner.main_run(overrides(curriculum, "tune.steps=5")) == 0
     capsys.readouterr()
-    assert compare.main_compare([str(Path(curriculum.tmp) / "run"), str(other)]) == 0
+    assert commands.main_compare([str(Path(curriculum.tmp) / "run"), str(other)]) == 0
     out = capsys.readouterr().out
     assert "tune" in out and "19.0 | 28.0" in out  # hard mean@k of tune: 0.19 vs 0.28
-    assert compare.main_compare([str(other), str(Path(curriculum.tmp) / "nowhere")]) == 2
+    assert commands.main_compare([str(other), str(Path(curriculum.tmp) / "nowhere")]) == 2

@@ -69,7 +69,7 @@ def test_promote_stage_refuses_failed_gates_and_missing_eval(curriculum, capsys)
 
 
 def test_each_decision_is_on_its_version_and_a_rollback_restores_the_previous_champion(curriculum, capsys):
-    from parathink.tracking.registry import main_promote
+    from parathink.pipeline.commands import main_promote
 
     tmp = Path(curriculum.tmp)
     client = MlflowClient(tracking_uri=curriculum.uri)

@@ -4,5 +4,5 @@ Each section's dataclass is the Hydra schema of its ``hydra_conf/stage/*.yaml`` 
 ``filter``, ``sft``, ``rl`` for the four GRPO-family stages, ``eval``, ``promote``), with its ``check``;
 ``thresholds`` holds every gate's schema, ``fields`` the declared bounds, ``paths`` where config files resolve.
 The training loops, the gates and the stages import their config from here, never from the runner
-(``parathink.pipeline``, which composes and validates the whole).
+(``pipeline/``, which composes and validates the whole).
 """

@@ -1,4 +1,4 @@
-"""``BaseConfig``: the settings of the ``base`` stage (``parathink.stages.base``, ``parathink.training.pretrain``).
+"""``BaseConfig``: the settings of the ``base`` stage (``stages/base.py``, ``parathink.training.pretrain``).
 
 The tiny curriculum copies its shipped base (``model.source``) unless ``train`` is true; then it pretrains a fresh
 ~1M-parameter Qwen3 on sequential worked solutions of the synthetic domain with these settings (AdamW, cosine,

@@ -1,11 +1,11 @@
-"""``EvalConfig``: the settings of the ``eval`` stage (``parathink.stages.eval``): every model stage of the run
+"""``EvalConfig``: the settings of the ``eval`` stage (``stages/eval.py``): every model stage of the run
 sampled on every test set, k samples per problem, scored as mean@k and pass@k.
 
 Every option is declared here, with its default and what it does; the defaults are the tiny curriculum's (two
 synthetic sets of 200 problems, k=8). ``hydra_conf/stage/eval.yaml`` holds the gate thresholds, an experiment what
 it changes (``parallel_r1_seen``: the paper's benchmarks and budget). The class is the Hydra schema of that file
 (``pipeline.compose``), so a misspelt key, a value of the wrong type or outside its field's bounds fails when the
-config is composed (``parathink.pipeline.schema``); ``check`` then refuses what needs several keys, naming
+config is composed (``pipeline/schema.py``); ``check`` then refuses what needs several keys, naming
 ``eval.<key>``. No torch here.
 """
 

@@ -6,7 +6,7 @@
     checkpoint_every: int = at_least(1, 25)       # >= 1
     kind: str = one_of(("tiny", "pretrained"), "tiny")
 
-``parathink.pipeline.schema`` checks every field of every section of the composed config against its type and these
+``pipeline/schema.py`` checks every field of every section of the composed config against its type and these
 (``parathink.config.thresholds``' ``rate()`` and ``not_below()`` declare the same ``bounds``), and says in words what
 a refused value must be (``requirement``). A null value of an ``X | None`` field is never out of bounds: null is that
 field's "off". No imports beyond the standard library: every schema module may use these.

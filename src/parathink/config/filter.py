@@ -1,9 +1,9 @@
-"""``FilterStageConfig``: the settings of the ``filter`` stage (``parathink.stages.filter``).
+"""``FilterStageConfig``: the settings of the ``filter`` stage (``stages/filter.py``).
 
 The stage keeps the teacher's traces that are parallel (valid format, >= 1 block) AND correct, within length
 bounds, one per problem (Parallel-R1 §3.1), with ``parathink.quality.traces``. The defaults are the tiny
 curriculum's; ``hydra_conf/stage/filter.yaml`` holds the gate thresholds, an experiment what it changes
-(``parallel_r1_seen``: longer traces). The class is the Hydra schema of that file (``parathink.pipeline.compose``).
+(``parallel_r1_seen``: longer traces). The class is the Hydra schema of that file (``pipeline/compose.py``).
 """
 
 from __future__ import annotations

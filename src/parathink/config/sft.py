@@ -1,4 +1,4 @@
-"""``SFTConfig``: the settings of the ``sft`` stage (``parathink.stages.sft``, ``parathink.training.sft``).
+"""``SFTConfig``: the settings of the ``sft`` stage (``stages/sft.py``, ``parathink.training.sft``).
 
 Cold-start SFT on the filter's accepted traces (Parallel-R1 §3.2), with transformers' Trainer underneath. Every
 option is declared here, with its default and what it does; the defaults are the tiny curriculum's (a 2-core CPU, a

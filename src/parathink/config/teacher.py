@@ -1,4 +1,4 @@
-"""``TeacherConfig``: the settings of the ``teacher`` stage (``parathink.stages.teacher``), one sub-config per backend.
+"""``TeacherConfig``: the settings of the ``teacher`` stage (``stages/teacher.py``), one sub-config per backend.
 
 The class is the Hydra schema of ``hydra_conf/stage/teacher.yaml`` (``pipeline.compose``): a misspelt key or a value
 of the wrong type fails while composing, in one line. ``check`` refuses what types cannot say (an unknown backend, a

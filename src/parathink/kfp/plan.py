@@ -51,13 +51,13 @@ def _key(override: str) -> str:
 def make_plan(overrides: list[str]) -> Plan:
     """Compose and validate the config for ``overrides``; raises ConfigError (one line) when anything is wrong."""
     from parathink.pipeline.compose import compose
-    from parathink.pipeline.runner import plan_document
+    from parathink.pipeline.runner import plan_document, stage_roles
 
     cfg = compose(list(overrides))
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
         raise ConfigError(f"seed: must be an integer, got {cfg.seed!r}")
     doc = plan_document(cfg, [str(s) for s in cfg.stages])
-    placements = cluster.plan(cfg, doc["stages"])
+    placements = cluster.plan(cfg, stage_roles(cfg, doc["stages"]))
     if not placements:
         raise ConfigError("stages: the pipeline needs at least one enabled stage")
     return Plan(experiment=doc["experiment"], seed=doc["seed"], stages=doc["stages"],

@@ -57,7 +57,7 @@ def evaluate(cfg, name: str, stage: StageSpec, folder: Path, gate_dir: Path, man
         log(f"warning: {name}: quality gate disabled ({name}.gate.enabled=false); nothing checks what it produced")
     else:
         # The gate's report folder and the probe's figure cache are written in place: neither may be a symlink out
-        # of the run directory (stages.confine).
+        # of the run directory (rundir.confine).
         cache_dir = inside(rundir.local, rundir.local / ".gates")
         inside(rundir.local, gate_dir)
         gate_dir.mkdir(parents=True, exist_ok=True)

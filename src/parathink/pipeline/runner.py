@@ -45,6 +45,7 @@ from parathink.logs import log, metrics_tail
 from parathink.pipeline import gating
 from parathink.pipeline.compose import compose
 from parathink.placement import cluster
+from parathink.placement.roles import StageRole
 from parathink.quality import GateFailed
 from parathink.redact import redact_text
 from parathink.rundir import provenance, timings
@@ -65,6 +66,11 @@ def stage_module(cfg: DictConfig, name: str) -> StageSpec:
     target = str(cfg.get("stage_modules", {}).get(name, BUILTIN.get(name, f"parathink.stages.{name}")))
     loaded = _load_file(name, target) if target.endswith(".py") else _import_target(name, target)
     return spec_of(loaded, name, target)
+
+
+def stage_roles(cfg: DictConfig, names: list[str]) -> dict[str, StageRole]:
+    """{name: what the stage declares for placement and the memory model}, in order (``cluster.plan`` reads it)."""
+    return {name: stage_module(cfg, name).role for name in names}
 
 
 def _load_file(name: str, target: str) -> Any:
@@ -381,7 +387,7 @@ def _run_and_publish(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDi
 
 def _device_estimate(cfg: DictConfig, name: str) -> int | None:
     """The bytes ``parathink plan`` estimated for this stage on this placement (None: it holds no model)."""
-    memory_plan = cluster.plan(cfg, [name])[name].device_memory
+    memory_plan = cluster.plan(cfg, stage_roles(cfg, [name]))[name].device_memory
     return None if memory_plan is None else memory_plan.get("estimate_bytes")
 
 
@@ -540,7 +546,7 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
 
     validate(cfg, names)
     names = [n for n in names if cfg[n].get("enabled", True)]
-    placements = cluster.plan(cfg, names)
+    placements = cluster.plan(cfg, stage_roles(cfg, names))
     t = cfg.get("tracking") or {}
     return {
         "experiment": str(cfg.experiment_name),

@@ -9,7 +9,7 @@ key and what is allowed:
 - a key the schema does not have, at any depth (Hydra's ``+key=value`` adds any key, schema or not);
 - a value of the wrong type, or a missing one;
 - a value outside the bounds or choices its field declares (``parathink.config.fields``), a float that is not
-  finite, an integer past ``config_fields.INT_CEILING``;
+  finite, an integer past ``config.fields.INT_CEILING``;
 - ``stages`` empty or naming a stage twice; ``run_dir``, ``stage_cache`` or ``cache_dir`` a URL of a scheme other
   than ``s3://`` (``http://host/x`` would become the local folder ``./http:/host/x``); ``tracking.uri`` of a scheme
   MLflow cannot store to (``TRACKING_SCHEMES``).
@@ -57,6 +57,7 @@ from parathink.config.promote import PromoteConfig, PromoteStageConfig
 from parathink.config.rl import RLConfig
 from parathink.config.sft import SFTConfig
 from parathink.config.teacher import TeacherConfig
+from parathink.config.tracking import TRACKING_SCHEMES
 from parathink.errors import ConfigError
 from parathink.formats.tags import GRAMMARS, MAX_PARATHINKER_PATHS
 from parathink.placement.cluster import ACCELERATORS, PULL_POLICIES
@@ -67,9 +68,6 @@ TRACKING_BACKENDS = ("mlflow", "jsonl", "none")
 # transformers' attention implementations; a structured layout needs sdpa or eager (the stages refuse the others)
 ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 GROUPS = ("model", "data", "tracking", "cluster")  # RootConfig's other sections are stages
-# The stores an MLflow tracking URI may name: a path (no scheme), file:, SQLite and the other SQL databases
-# (``postgresql+psycopg2://``: the part before '+'), an HTTP(S) server, Databricks.
-TRACKING_SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 SCALES = ("full", "cpu")  # hydra_conf/scale/*.yaml: the sizes a run keeps or shrinks
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from parathink.errors import ConfigError
+from parathink.placement.roles import StageRole
 
 ACCELERATORS = ("cpu", "cuda")
 TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
@@ -355,21 +356,22 @@ def placement(cfg, stage: str) -> Placement:
     )
 
 
-def plan(cfg, stages: list[str]) -> dict[str, Placement]:
-    """{stage: placement} for ``stages``, in order; with a composed root config, refused (ConfigError) when a
-    placement cannot hold the model (:func:`check_memory`)."""
+def plan(cfg, roles: Mapping[str, StageRole]) -> dict[str, Placement]:
+    """{stage: placement} for the stages ``roles`` names (each stage's ``StageSpec.role``), in order; with a composed
+    root config, refused (ConfigError) when a placement cannot hold the model (:func:`check_memory`)."""
     p = _profile_dict(cfg)
-    placements = {stage: placement(cfg, stage) for stage in stages}  # the root config: the teacher's engines
+    placements = {stage: placement(cfg, stage) for stage in roles}  # the root config: the teacher's engines
     model = cfg.get("model") if hasattr(cfg, "get") and "cluster" in cfg else None
     if model is not None:
-        placements = {stage: _with_device_memory(cfg, pl, p.get("gpu_memory")) for stage, pl in placements.items()}
+        placements = {stage: _with_device_memory(cfg, pl, roles[stage], p.get("gpu_memory"))
+                      for stage, pl in placements.items()}
         # a GPU placement with an estimate was checked against its GPU; a CPU one against its pod's memory here
         check_memory(model, p.get("gpu_memory"),
-                     {s: pl for s, pl in placements.items() if not (pl.gpu and pl.device_memory)})
+                     {s: pl for s, pl in placements.items() if not (pl.gpu and pl.device_memory)}, roles)
     return placements
 
 
-def _with_device_memory(cfg, p: Placement, gpu_memory: Any) -> Placement:
+def _with_device_memory(cfg, p: Placement, role: StageRole, gpu_memory: Any) -> Placement:
     """``p`` with its device memory estimate: per GPU on the GPU pool (refused, ConfigError, when it exceeds the
     GPU); on a CPU placement the same parts for its process's tensors (no CUDA workspace, no capacity to check:
     the estimate a CPU rehearsal's measured peak is held to). As it is for a stage that holds no model or a model
@@ -380,11 +382,11 @@ def _with_device_memory(cfg, p: Placement, gpu_memory: Any) -> Placement:
 
     if p.gpu and gpu_memory:
         capacity = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory"))
-        budget = memory_model.stage_budget(cfg, p.stage, p.gpus_per_node * p.nodes, capacity)
+        budget = memory_model.stage_budget(cfg, p.stage, role, p.gpus_per_node * p.nodes, capacity)
     elif p.gpu:
         return p  # a GPU profile without gpu_memory: nothing to size against
     else:
-        budget = memory_model.stage_budget(cfg, p.stage, _cpu_ranks(cfg), None)
+        budget = memory_model.stage_budget(cfg, p.stage, role, _cpu_ranks(cfg), None)
     if budget is None:
         return p
     if p.gpu:
@@ -399,14 +401,12 @@ def _cpu_ranks(cfg) -> int:
     return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
 
 
-# Stages that load the run's model (filter and promote do not); of those, the ones that train it.
-LOADS_MODEL = ("base", "teacher", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline", "eval")
-TRAINS_MODEL = ("sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
 HEADROOM = 0.9  # of a GPU's or a pod's memory: the rest is for activations, the KV cache, the CUDA context
 HALF = ("bfloat16", "float16")
 
 
-def check_memory(model: Mapping, gpu_memory: Any, placements: Mapping[str, Placement]) -> None:
+def check_memory(model: Mapping, gpu_memory: Any, placements: Mapping[str, Placement],
+                 roles: Mapping[str, StageRole]) -> None:
     """Refuse a placement that cannot hold the model (``model.params``; a model config without it is not checked).
 
     The estimate is the model's states, a floor of what a stage needs: weights (2 bytes a parameter in bf16, 4 in
@@ -420,11 +420,12 @@ def check_memory(model: Mapping, gpu_memory: Any, placements: Mapping[str, Place
     width = 2 if str(model.get("dtype")) in HALF else 4
     weights = float(params) * width
     for stage, p in placements.items():
-        if stage not in LOADS_MODEL:
+        role = roles[stage]
+        if not role.loads_model:
             continue
         if p.gpu and gpu_memory:
             gpus = p.gpus_per_node * p.nodes
-            need = weights + (float(params) * (width + 12) / gpus if stage in TRAINS_MODEL else 0)
+            need = weights + (float(params) * (width + 12) / gpus if role.trains_model else 0)
             have, what = quantity_bytes(_quantity(gpu_memory, "cluster.gpu_memory")), f"cluster.gpu_memory {gpu_memory}"
             where = f"per GPU on {gpus} GPUs"
         elif not p.gpu and "memory" in p.resources:
@@ -436,7 +437,7 @@ def check_memory(model: Mapping, gpu_memory: Any, placements: Mapping[str, Place
         if need > HEADROOM * have:
             raise ConfigError(f"cluster: {stage} cannot hold the model: {float(params) / 1e9:.1f}B parameters in "
                               f"{model.get('dtype')} need about {need / 2**30:.1f} GiB {where} (weights"
-                              f"{', gradients and Adam states' if p.gpu and stage in TRAINS_MODEL else ''}), "
+                              f"{', gradients and Adam states' if p.gpu and role.trains_model else ''}), "
                               f"{what} leaves {HEADROOM * have / 2**30:.1f} GiB")
 
 

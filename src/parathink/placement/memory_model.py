@@ -50,10 +50,10 @@ from typing import Any
 
 from parathink.engine.kv_budget import BLOCK_TOKENS, PREFILL_TOKENS, blocks_for, dtype_bytes, kv_bytes_per_token
 from parathink.errors import ConfigError
+from parathink.placement.roles import StageRole
 
 GIB = 2**30
 WORKSPACE = int(1.5 * GIB)  # CUDA context (~0.5 GiB), cuBLAS + NCCL workspaces, allocator fragmentation
-TRAIN_RL = ("rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
 PARTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache", "workspace")
 
 
@@ -569,36 +569,32 @@ def model_arch(model: Mapping[str, Any]) -> Arch | None:
     return Arch.from_cfg(node, "model.config")
 
 
-GATED_PROBES = ("base", "sft")  # the model gates that sample the published model (quality.model_gates)
-
-
-def stage_budget(cfg, stage: str, gpus: int, capacity: int | None) -> Budget | None:
-    """The memory of ``stage`` on one of its ``gpus`` devices, from the composed root config: a GPU of
-    ``capacity`` bytes, or a CPU (``capacity`` None: no CUDA workspace, unbudgeted engines take their worst case).
-    A stage whose gate probes its model (base, sft) needs the larger of the stage and the probe (one after the
-    other). None for a stage that holds no model (filter, promote) or a model config without its shape."""
+def stage_budget(cfg, stage: str, role: StageRole, gpus: int, capacity: int | None) -> Budget | None:
+    """The memory of ``stage`` on one of its ``gpus`` devices, from the composed root config and the estimate its
+    ``role`` names: a GPU of ``capacity`` bytes, or a CPU (``capacity`` None: no CUDA workspace, unbudgeted
+    engines take their worst case). A stage whose gate probes its model (``role.probes_model``: base, sft) needs
+    the larger of the stage and the probe (one after the other). None for a stage that holds no model (filter,
+    promote) or a model config without its shape."""
     s = cfg.get(stage) or {}
     model = cfg.model
     arch = model_arch(model)
     w = dtype_bytes(str(model.get("dtype", "float32")))
-    if stage == "teacher":
+    if role.memory == "teacher":
         return teacher_budget(s, capacity, arch, w)
-    if arch is None:
+    if arch is None or role.memory is None:
         return None
-    if stage in TRAIN_RL:
+    if role.memory == "rl":
         budget = rl_budget(arch, w, s, stage, gpus, capacity)
-    elif stage == "sft":
+    elif role.memory == "sft":
         budget = sft_budget(arch, w, s, gpus, capacity)
-    elif stage == "eval":
+    elif role.memory == "eval":
         budget = eval_budget(arch, w, s, capacity)
-    elif stage == "base":
+    else:  # "weights"
         parts = states(arch.params, w, gpus, 0, trains=False)
         parts.update(activations=0, logits=0, kv_cache=0, workspace=_workspace(capacity))
         budget = Budget(parts=parts, estimate=total(parts), capacity=capacity or 0, note="weights")
-    else:
-        return None
     gate = s.get("gate") if hasattr(s, "get") else None
-    if stage in GATED_PROBES and gate is not None and gate.get("enabled", True) and gate.get("probe") is not None:
+    if role.probes_model and gate is not None and gate.get("enabled", True) and gate.get("probe") is not None:
         probe = probe_budget(arch, w, gate.get("probe"), capacity)
         if probe.estimate > budget.estimate:
             note = f"the gate's probe (the stage before it: {budget.estimate / GIB:.2f} GiB); {probe.note}"
@@ -607,16 +603,16 @@ def stage_budget(cfg, stage: str, gpus: int, capacity: int | None) -> Budget | N
 
 
 def engine_kv_bytes(section, stage: str, model_config: Mapping[str, Any], dtype: str, capacity: int | None,
-                    gpus: int = 1) -> int | None:
+                    gpus: int = 1, kind: str = "rl") -> int | None:
     """The KV budget a stage's engine gets at run time: ``<stage>.kv_cache_gib`` when set; on a GPU of ``capacity``
-    bytes the ``kv_cache`` part of this model's budget (what ``plan`` printed for it); None on a CPU (``capacity``
-    None: the call's worst case, as before budgets)."""
+    bytes the ``kv_cache`` part of this model's budget (what ``plan`` printed for it: its ``kind`` of estimate,
+    "rl" or "eval"); None on a CPU (``capacity`` None: the call's worst case, as before budgets)."""
     if float(_get(section, "kv_cache_gib", 0.0) or 0.0) > 0:
         return int(float(_get(section, "kv_cache_gib")) * GIB)
     if capacity is None:
         return None
     arch, w = Arch.from_cfg(model_config, f"{stage} model config"), dtype_bytes(dtype)
-    budget = eval_budget(arch, w, section, capacity) if stage == "eval" else rl_budget(arch, w, section, stage,
+    budget = eval_budget(arch, w, section, capacity) if kind == "eval" else rl_budget(arch, w, section, stage,
                                                                                        gpus, capacity)
     return budget.parts["kv_cache"]
 

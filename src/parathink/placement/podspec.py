@@ -33,7 +33,7 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 
 
 def k8s_name(text: str) -> str:
-    """``rl_easy`` -> ``rl-easy``: stage names as DNS labels (Pod and TrainJob names allow no underscore)."""
+    """``my_stage`` -> ``my-stage``: stage names as DNS labels (Pod and TrainJob names allow no underscore)."""
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
 

@@ -1,7 +1,7 @@
 """What a stage's gate receives, and the checks on its thresholds that run before any stage starts.
 
-A stage opts into a gate with ``parathink.stages.contract.Gate``: ``check(cfg, out: GateInput) -> list[Expectation]``,
-which the runner calls on the stage's finished output (``parathink.pipeline.gating``), and the dataclass of its
+A stage opts into a gate with ``stages/contract.py (Gate)``: ``check(cfg, out: GateInput) -> list[Expectation]``,
+which the runner calls on the stage's finished output (``pipeline/gating.py``), and the dataclass of its
 thresholds (``<stage>.gate.*``, ``parathink.config.thresholds``), checked before any stage starts.
 """
 

@@ -1,4 +1,4 @@
-"""The gate after every GRPO-family stage (rl_easy, rl_hard, rl_scaffold, grpo_baseline), from its own records.
+"""The gate after every GRPO-family stage (the four of ``stages/rl.py``), from its own records.
 
 Read from the stage's ``metrics.jsonl`` (one line per step) and its manifest metrics (the start/end probe of
 ``training.rl``); no model is loaded:
@@ -8,7 +8,7 @@ Read from the stage's ``metrics.jsonl`` (one line per step) and its manifest met
   [-1, 1.2]; -1 is every rollout wrong or unformatted, what an RL stage after an undertrained SFT sees for its whole
   budget) and not more than ``max_probe_reward_drop`` below the start's, on the same problems and draws;
 - the parallel rate not below ``min_parallel_rate`` over the last ``window`` steps, for the stages whose reward
-  asks for the format (rl_easy's R_parallel x R_acc; the scaffold phase of ``reward=scaffold``);
+  asks for the format (R_parallel x R_acc on the easy problems; the scaffold phase of ``reward=scaffold``);
 - the KL to the reference model, over the last ``window`` steps, within ``max_kl`` (only with ``kl_coef`` > 0).
 """
 

@@ -36,7 +36,7 @@ def accuracy(trace: Trace, correct: bool, step: int) -> float:
 
 @register("parallel_x_accuracy")
 def parallel_x_accuracy(trace: Trace, correct: bool, step: int) -> float:
-    """R_parallel x R_acc (rl_easy): +1 only when the trace is parallel AND correct."""
+    """R_parallel x R_acc (Parallel-R1's RL on easy problems): +1 only when the trace is parallel AND correct."""
     return 1.0 if trace.parallel and correct else -1.0
 
 

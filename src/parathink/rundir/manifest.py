@@ -9,7 +9,7 @@ output. It records the config hash (the stage's own section plus the shared keys
 S3's ETag remotely, so that a later check costs a ``stat`` or one listing), the metrics ``run`` returned, the
 times, and the verdict of the stage's quality gate (``gates``; its report lives in ``_gates/``, outside the output
 hash, so that a gate evaluated again leaves the output's identity alone). A rerun skips the stage when all of these
-still hold (``parathink.pipeline.runner.is_up_to_date``). An output copied from the stage cache keeps its producer's
+still hold (``pipeline/runner.py (is_up_to_date)``). An output copied from the stage cache keeps its producer's
 manifest and says where it came from (``origin``: that run directory and the cache key).
 
 The output hash covers every file of the folder but three: this manifest, ``_gates/`` and ``_timings.json`` (what
@@ -40,9 +40,9 @@ from parathink.storage import StorageError, safe_join
 from parathink.storage.digest import file_sha256, local_meta  # noqa: F401  (file_sha256: re-exported)
 
 MANIFEST = "_manifest.json"
-GATES = "_gates"  # the gate's report and data docs (parathink.pipeline.gating): published with, not hashed as, output
+GATES = "_gates"  # the gate's report and data docs (pipeline/gating.py): published with, not hashed as, output
 # Keys outside a stage's own section that change what any stage produces. A stage may narrow or extend this
-# (StageSpec.shared_keys, parathink.stages.contract).
+# (StageSpec.shared_keys, stages/contract.py).
 DEFAULT_SHARED_KEYS = ("model", "data", "format", "seed")
 _REQUIRED = {"stage": str, "config_hash": str, "config": dict, "inputs": dict, "output_hash": str, "outputs": dict}
 VERSION = 2  # what to_json writes; a manifest of another version is not read (the stage runs again)

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from parathink.config.base import BaseConfig
 from parathink.config.thresholds import BaseThresholds
 from parathink.errors import ConfigError
+from parathink.placement.roles import StageRole
 from parathink.quality.model_gates import base_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
@@ -100,4 +101,5 @@ def _train_tiny(cfg, base: BaseConfig, ctx: StageContext) -> dict[str, float]:
     return metrics
 
 
-STAGE = StageSpec(run=run, validate=validate, gate=Gate(base_gate, BaseThresholds))
+STAGE = StageSpec(run=run, validate=validate, gate=Gate(base_gate, BaseThresholds),
+                  role=StageRole(memory="weights", probes_model=True))

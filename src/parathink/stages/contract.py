@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parathink.errors import ConfigError
+from parathink.placement.roles import NO_MODEL, StageRole
 from parathink.rundir.manifest import DEFAULT_SHARED_KEYS
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ class StageSpec:
     shared_keys: tuple[str, ...] = DEFAULT_SHARED_KEYS
     # Short overrides of `parathink stage NAME` (filter's input=...) rewritten before the config is composed.
     expand_overrides: Callable[[list[str]], list[str]] | None = None
+    # What placement and the memory model need to know of it (which estimate, whether it trains, whether its gate
+    # probes the model); the default holds no model.
+    role: StageRole = NO_MODEL
 
 
 def spec_of(obj: Any, name: str, target: str) -> StageSpec:

@@ -23,6 +23,7 @@ from parathink.evaluation import results as results_file
 from parathink.evaluation.sets import active_sets, problems_and_k
 from parathink.jsonl import load_record
 from parathink.logs import log
+from parathink.placement.roles import StageRole
 from parathink.quality.eval_gate import eval_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
@@ -90,7 +91,7 @@ class _Sampler:
                 num_paths=paths, temperature=e.sampling.temperature, top_p=e.sampling.top_p,
                 max_new_tokens=e.sampling.max_new_tokens, batch_size=e.batch_size, seed=seed,
                 kv_cache_bytes=engine_kv_bytes(e, "eval", self.model.config.to_dict(), str(self.cfg.model.dtype),
-                                               distributed.device_memory()))
+                                               distributed.device_memory(), kind="eval"))
         return self.generators[paths]
 
 
@@ -236,4 +237,4 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
 # The model comes from the stages' outputs, hashed as inputs, so `model` is not a shared key. Under torchrun every
 # process samples its share of each set's problems; rank 0 writes the files.
 STAGE = StageSpec(run=run, validate=validate, gate=Gate(eval_gate, EvalThresholds), data_parallel=True,
-                  shared_keys=("data", "format", "seed"))
+                  shared_keys=("data", "format", "seed"), role=StageRole(memory="eval"))

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from parathink.config.rl import RLConfig
 from parathink.config.thresholds import RLThresholds
+from parathink.placement.roles import StageRole
 from parathink.stages import RL_STAGES
 from parathink.stages.contract import Gate, StageSpec
 from parathink.training.stage_state import own_training_state
@@ -58,7 +59,8 @@ def rl_stage(name: str) -> StageSpec:
     # Under torchrun every process samples and trains its share (parathink.training.rl). A reset of accelerate's and
     # DeepSpeed's process-wide state around the run lets stages follow each other in one process (stage_state says
     # why that, and not a process per stage).
-    return StageSpec(run=own_training_state(run), validate=validate, gate=Gate(gate, RLThresholds), data_parallel=True)
+    return StageSpec(run=own_training_state(run), validate=validate, gate=Gate(gate, RLThresholds), data_parallel=True,
+                     role=StageRole(memory="rl", trains_model=True))
 
 
 rl_easy, rl_hard, rl_scaffold, grpo_baseline = (rl_stage(name) for name in RL_STAGES)

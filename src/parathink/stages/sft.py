@@ -20,6 +20,7 @@ from parathink.config.thresholds import SFTThresholds
 from parathink.errors import BadInput, ConfigError
 from parathink.logs import log
 from parathink.pipeline.compose import resolve_config_path
+from parathink.placement.roles import StageRole
 from parathink.quality.model_gates import sft_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
@@ -216,4 +217,4 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
 # and sft.fsdp); the model is written by the main process. The Trainer's accelerate/DeepSpeed state is reset around
 # the run, so that an RL stage under DeepSpeed can follow in the same process (parathink.training.stage_state).
 STAGE = StageSpec(run=own_training_state(run), validate=validate, gate=Gate(sft_gate, SFTThresholds),
-                  data_parallel=True)
+                  data_parallel=True, role=StageRole(memory="sft", trains_model=True, probes_model=True))

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from parathink import jsonl
 from parathink.config.teacher import TeacherConfig
 from parathink.config.thresholds import TeacherThresholds
+from parathink.placement.roles import StageRole
 from parathink.quality.data_gates import teacher_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
@@ -192,4 +193,4 @@ def run(cfg: DictConfig, ctx: StageContext) -> dict[str, float]:
 
 
 STAGE = StageSpec(run=run, validate=validate, gate=Gate(teacher_gate, TeacherThresholds),
-                  shared_keys=("data", "format", "seed", "model"))
+                  shared_keys=("data", "format", "seed", "model"), role=StageRole(memory="teacher"))

@@ -10,12 +10,9 @@ parent run id (the ``results.json`` artifact the runner logged there; tracking U
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 
 from parathink import storage
-from parathink.errors import BadInput
 from parathink.evaluation import results as results_file
 from parathink.evaluation.results import Results
 
@@ -44,35 +41,3 @@ def load_results(ref: str, tracking_uri: str | None) -> Results:
     if tracking_uri and len(ref) == 32 and all(c in "0123456789abcdef" for c in ref):
         return _from_mlflow(ref, tracking_uri)
     raise FileNotFoundError(f"{ref}: no eval/results.json there (give a run directory or an MLflow run id)")
-
-
-def main_compare(argv: list[str]) -> int:
-    from parathink.evaluation.table import format_compare, format_runs
-    from parathink.exits import guarded
-
-    parser = argparse.ArgumentParser(prog="parathink compare")
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories or MLflow run ids (two or more)")
-    parser.add_argument("--rows", action="store_true", help="a row per run and stage, also for two runs")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (for run ids)")
-    args = parser.parse_args(argv)
-
-    def go():
-        if len(args.runs) < 2:
-            raise BadInput(f"parathink compare: give two or more runs, got {len(args.runs)}")
-        uri = args.tracking_uri
-        if uri is None:
-            from parathink.pipeline.compose import compose
-
-            uri = str(compose([]).tracking.uri)
-        results = [load_results(ref, uri) for ref in args.runs]
-        if len(results) == 2 and not args.rows:
-            table = format_compare(*results)  # whole before anything is printed
-            print(f"A = {args.runs[0]}\nB = {args.runs[1]}\n")
-        else:
-            table = format_runs([(ref.rstrip("/").rsplit("/", 1)[-1], r) for ref, r in zip(args.runs, results)])
-        print(table)
-    return guarded(go)
-
-
-if __name__ == "__main__":
-    sys.exit(main_compare(sys.argv[1:]))

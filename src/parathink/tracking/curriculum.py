@@ -76,7 +76,7 @@ class CurriculumTracking:
         return {"mode": stage_mode(self.cfg, name), "num_paths": int(self.cfg.eval.num_paths)}
 
     def gate_rechecked(self, name: str, manifest, gate_dir: Path) -> None:
-        """A published stage's gate was evaluated again (``parathink.pipeline.gating.recheck``)."""
+        """A published stage's gate was evaluated again (``pipeline/gating.py (recheck)``)."""
 
     def run_finished(self, rundir, status: str) -> None:
         pass

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from parathink.evaluation import results as results_file
-from parathink.stages import RL_STAGES
 
 # Under a run directory's local side: the plots of its last report (parathink.report draws them, tracking logs them).
 PLOT_DIR = Path(".tracking") / "plots"
@@ -83,7 +82,7 @@ def table_png(results: dict, path: Path) -> Path:
     return path
 
 
-def write_run_plots(rundir, out_dir: Path, stages: tuple[str, ...] = RL_STAGES) -> list[Path]:
+def write_run_plots(rundir, out_dir: Path, stages: tuple[str, ...]) -> list[Path]:
     """Every plot the run's published outputs allow; returns the PNG paths written.
 
     Figure 3 gets a line per stage among ``stages`` whose ``metrics.jsonl`` has any of its metrics.

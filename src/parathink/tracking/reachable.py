@@ -5,7 +5,7 @@ waited 255 s, then printed a traceback; ``promote`` reported the server's silenc
 Before the first MLflow call a run opens one TCP connection with a short timeout and stops with
 ``TrackingUnavailable`` (exit 1: the server may come back, a retry is the remedy) naming the URI. A store that can
 never work is a bad ``tracking.uri`` (exit 2), found before the run takes any lock or writes anything: a scheme
-MLflow does not store to (``ftp://``; ``parathink.pipeline.schema.TRACKING_SCHEMES``), a SQLite store whose folder does
+MLflow does not store to (``ftp://``; ``config.tracking.TRACKING_SCHEMES``), a SQLite store whose folder does
 not exist or cannot be written (``sqlite:////proc/x.db``; the probe creates and removes one empty file there, where
 MLflow's first write would create the database). Once the server answered, MLflow's own retries ride out a blip
 mid-run.
@@ -43,7 +43,7 @@ def ensure_reachable(uri: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     elif parsed.scheme == "sqlite" and str(uri).startswith("sqlite:///"):
         _writable(Path(str(uri)[len("sqlite:///"):]), "SQLite store", shown)
     else:
-        from parathink.pipeline.schema import TRACKING_SCHEMES
+        from parathink.config.tracking import TRACKING_SCHEMES
 
         if parsed.scheme.split("+")[0].lower() not in TRACKING_SCHEMES:
             raise BadInput(f"tracking.uri {shown}: not a store MLflow tracks to (schemes: a path, "

@@ -9,10 +9,7 @@ moves ``champion`` only when the candidate wins (docs/lifecycle.md), and records
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-
-from parathink.config.promote import PromoteConfig
 
 CANDIDATE, CHAMPION = "candidate", "champion"
 
@@ -184,34 +181,3 @@ def rollback(client, name: str, why: str) -> str:
     _record(client, name, champ.version, {"promotion.decision": "rolled_back", "promotion.rolled_back_why": why})
     _record(client, name, previous, {"promotion.restored_from": champ.version, "promotion.restored_why": why})
     return f"rolled back {name} {CHAMPION} from v{champ.version} to v{previous}: {why}"
-
-
-def main_promote(argv: list[str]) -> int:
-    """``parathink promote [overrides]``: e.g. ``tracking.promote.candidate=3 tracking.promote.margin=0.01``;
-    ``parathink promote --rollback NAME [--why TEXT] [overrides]`` moves NAME's champion back to the one before."""
-    import argparse
-
-    from parathink.exits import guarded
-    from parathink.pipeline.compose import compose
-
-    parser = argparse.ArgumentParser(prog="parathink promote", add_help=True)
-    parser.add_argument("--rollback", metavar="NAME", help="registered model whose champion goes back one version")
-    parser.add_argument("--why", default="rolled back by hand", help="recorded on both versions")
-    args, overrides = parser.parse_known_args(list(argv))
-
-    def go():
-        from parathink.tracking.reachable import client
-
-        cfg = compose(overrides)
-        if args.rollback:
-            print(rollback(client(str(cfg.tracking.uri)), args.rollback, args.why))
-            return
-        rule = PromoteConfig.of(cfg)  # the metric and margin, one line each when bad
-        promoted, why = promote(client(str(cfg.tracking.uri)), registered_name(cfg), rule.candidate, rule.metric,
-                                float(rule.margin))
-        print(why)
-    return guarded(go)
-
-
-if __name__ == "__main__":
-    sys.exit(main_promote(sys.argv[1:]))

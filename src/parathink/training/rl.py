@@ -1,4 +1,4 @@
-"""The GRPO family in one loop: rl_easy, rl_hard, rl_scaffold and grpo_baseline differ only in config.
+"""The GRPO family in one loop: the four RL stages of ``stages/rl.py`` differ only in config.
 
 Per step (Parallel-R1 §3.3; DeepSeekMath §4.1 for GRPO):
 1. draw ``prompts_per_step`` problems (a pure function of seed and step, so a resumed run draws the same);

@@ -1,5 +1,5 @@
-"""Training stages that follow each other in one process (``parathink run``: sft -> rl_easy -> rl_hard ->
-rl_scaffold, each under DeepSpeed on the GPU experiments).
+"""Training stages that follow each other in one process (``parathink run``: sft, then each RL stage of
+the curriculum, each under DeepSpeed on the GPU experiments).
 
 accelerate keeps its state in process-wide singletons (``PartialState``, ``AcceleratorState``, ``GradientState``):
 the first stage's Trainer or Accelerator fixes the DeepSpeed plugin for the life of the process, and the next stage's
