@@ -72,7 +72,7 @@ def bench_filter() -> dict:
 
 def _rate(url: str, concurrency: int, problems: list[dict]) -> tuple[float, int]:
     from parathink.teacher.openai_http import OpenAIConfig, OpenAITeacher
-    from parathink.teacher.vllm_server import SERVED_NAME
+    from parathink.testing.vllm_server import SERVED_NAME
 
     teacher = OpenAITeacher(OpenAIConfig(
         base_url=url, model=SERVED_NAME, concurrency=concurrency, max_tokens=TOKENS_PER_REQUEST, temperature=1.0,
@@ -85,7 +85,7 @@ def _rate(url: str, concurrency: int, problems: list[dict]) -> tuple[float, int]
 
 
 def bench_teacher() -> dict:
-    from parathink.teacher.vllm_server import check_installed, vllm_server
+    from parathink.testing.vllm_server import check_installed, vllm_server
 
     try:
         check_installed()

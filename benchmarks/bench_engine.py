@@ -18,7 +18,7 @@
 - ``vs_previous``: each speed figure over the same figure of the newest earlier result
   (``bench-results/engine-*.json``; every run also keeps its own timestamped copy there), so a slowdown shows.
 - ``max_logprob_diff_*``: engine log-probs against the training forward (``recompute_logprobs``), on the toy
-  model that writes every grammar (``parathink.engine.toy``), fp32; ``max_logprob_diff_static_*`` for the
+  model that writes every grammar (``parathink.testing.toy``), fp32; ``max_logprob_diff_static_*`` for the
   static-shape decode (what a GPU captures as CUDA graphs, run here without the capture).
 
 Timings interleave the compared runs and keep the best of several (the machine is shared); ratios come from
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
-from parathink.engine.toy import prompt_ids, toy_model
+from parathink.testing.toy import prompt_ids, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
 NEG = float("-inf")

@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_qwen3_4b as q4b
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
-from parathink.engine.toy import prompt_ids, toy_model
+from parathink.testing.toy import prompt_ids, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -50,8 +50,8 @@ from parathink.engine.cache import RowCache
 from parathink.engine.decode import StaticDecode
 from parathink.engine.kv_budget import BLOCK_TOKENS, blocks_for, kv_bytes_per_token, model_kv_bytes_per_token
 from parathink.engine.paged import PagedCache
-from parathink.engine.toy import toy_model
 from parathink.placement import memory_model
+from parathink.testing.toy import toy_model
 
 GIB = 2**30
 # Qwen3-4B-Base's config.json.

@@ -29,4 +29,4 @@ vllm-model: $(SMOLLM2_DIR)/config.json
 
 # The conversion runs in parathink's own venv (transformers reads GGUF through the gguf package there).
 $(SMOLLM2_DIR)/config.json: $(STAMP)
-	$(PY) -m parathink.teacher.smollm2 $(SMOLLM2_DIR)
+	$(PY) -m parathink.testing.smollm2 $(SMOLLM2_DIR)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from parathink.teacher.vllm_server import check_installed
+from parathink.testing.vllm_server import check_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 

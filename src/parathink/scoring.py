@@ -1,7 +1,9 @@
 """Scoring of response records: format verdicts, behaviour metrics, grading and reward.
 
-This is what ``parathink score`` runs and what the filter and RL reward code share; it must stay cheap:
-parsing is one regex scan, and grading only happens when a gold answer is present.
+``score_completion`` is the one score path: parse a completion under its grammar, grade its final answer, reward
+it. ``parathink score`` (``score_record``), the trace filter (``quality.traces.judge``) and the RL rollouts
+(``training.rl_rollouts.score``) all call it, so a completion gets the same verdict, answer and reward in each.
+It must stay cheap (it runs on every RL rollout): parsing is one regex scan, and grading only happens when asked.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from parathink import jsonl
 from parathink.errors import BadInput
-from parathink.formats import parse
+from parathink.formats import Trace, parse
 from parathink.formats.metrics import relative_position
 from parathink.grading import grade
 from parathink.rewards import RewardFn
@@ -23,22 +25,72 @@ class InputError(BadInput):
     """A bad input file or record; the message names the file and line."""
 
 
+@dataclass(frozen=True)
+class Score:
+    """One completion scored: its parsed trace, and its graded answer and reward where they were computed.
+
+    An ungraded completion has ``extracted`` None and ``correct`` False (what the filter records for a response
+    it does not grade); ``reward`` is None unless a reward function was given and the answer graded. It is the
+    reward function's value as returned (RL casts it to float for its tensors; ``parathink score`` writes it as is).
+    """
+
+    trace: Trace
+    graded: bool = False
+    extracted: str | None = None
+    correct: bool = False
+    reward: float | None = None
+
+    @property
+    def blocks(self) -> int:
+        return len(self.trace.blocks)
+
+    @property
+    def empty_paths(self) -> int:
+        """Paths of the trace's blocks holding nothing but whitespace."""
+        return sum(1 for b in self.trace.blocks for p in b.paths if not p.text.strip())
+
+    @property
+    def relative_position(self) -> float | None:
+        return relative_position(self.trace)
+
+
+def score_completion(text: str, grammar: str, answer: str | int | float | None = None, *, grade_answer: bool = True,
+                     reward: RewardFn | None = None, step: int = 1) -> Score:
+    """Parse ``text`` under ``grammar``; grade it against ``answer`` and reward it (at ``step``, from 1).
+
+    ``grade_answer`` is where the callers differ, on purpose: RL grades every rollout (its problems always have a
+    gold answer), ``parathink score`` grades only records that carry an answer (it also scores the format of
+    unanswered ones), and the filter grades only responses within its length bounds (one outside is rejected for
+    its length, and a pathological one costs no math-verify call). When grading, ``answer`` goes to ``grade`` as
+    given: a gold answer that is not a string or a number is refused there with ``ValueError``, None included.
+    """
+    trace = parse(text, grammar)
+    if not grade_answer:
+        return Score(trace)
+    extracted, correct = grade(text, answer)
+    value = reward(trace, correct, step) if reward is not None else None
+    return Score(trace, True, extracted, correct, value)
+
+
 def score_record(record: dict[str, Any], grammar: str = "parallel_r1", reward: RewardFn | None = None,
                  step: int = 1) -> dict[str, Any]:
-    trace = parse(record["response"], grammar)
+    """``parathink score``'s line for one record: format facts always; answer, verdict and reward when it has an
+    answer (the reward only when a scheme is given)."""
+    answer = record.get("answer")
+    scored = score_completion(record["response"], grammar, answer, grade_answer=answer is not None, reward=reward,
+                              step=step)
     out: dict[str, Any] = {
-        "valid": trace.valid,
-        "parallel": trace.parallel,
-        "blocks": len(trace.blocks),
-        "errors": trace.errors,
-        "relative_position": relative_position(trace),
+        "valid": scored.trace.valid,
+        "parallel": scored.trace.parallel,
+        "blocks": scored.blocks,
+        "errors": scored.trace.errors,
+        "relative_position": scored.relative_position,
     }
-    if "answer" in record and record["answer"] is not None:
-        extracted, correct = grade(record["response"], record["answer"])
-        out["extracted"] = extracted
-        out["correct"] = correct
+    if scored.graded:
+        out["extracted"] = scored.extracted
+        out["correct"] = scored.correct
         if reward is not None:
-            out["reward"] = reward(trace, correct, step)
+            out["reward"] = scored.reward
     return out
 
 

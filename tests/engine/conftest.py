@@ -1,4 +1,4 @@
-"""Shared fixtures: the toy model that writes every grammar (``parathink.engine.toy``), built once; a scripted
+"""Shared fixtures: the toy model that writes every grammar (``parathink.testing.toy``), built once; a scripted
 parallel_r1 response for the tests of what the engine does with a model's tokens (tests/scripted_lm.py)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 from scripted_lm import Trace
 
-from parathink.engine.toy import toy_model
 from parathink.formats.layouts import TagIds
+from parathink.testing.toy import toy_model
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ from scripted_lm import ScriptedLM, Trace
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
 from parathink.engine.sampling import UNIFORM_BITS, draw, stream_key, uniform_bits
-from parathink.engine.toy import prompt_ids
 from parathink.formats import parse
 from parathink.formats.layouts import TagIds
+from parathink.testing.toy import prompt_ids
 
 NEG = float("-inf")
 

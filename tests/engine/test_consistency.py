@@ -10,9 +10,9 @@ import torch
 from scripted_lm import ScriptedLM
 
 from parathink.engine import Engine, SamplingConfig, recompute_logprobs
-from parathink.engine.toy import prompt_ids
 from parathink.formats.layouts import TagIds, build_layout
 from parathink.modeling import install_path_vectors
+from parathink.testing.toy import prompt_ids
 
 TOL = 1e-4
 GRAMMARS = ["parallel_r1", "npr", "parathinker"]

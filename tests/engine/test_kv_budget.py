@@ -14,8 +14,8 @@ import torch
 from parathink.engine import Engine, SamplingConfig, kv_bytes_per_token, min_kv_cache_bytes, recompute_logprobs
 from parathink.engine.kv_budget import BLOCK_TOKENS, dtype_bytes, model_kv_bytes_per_token
 from parathink.engine.paged import PagedCache
-from parathink.engine.toy import prompt_ids
 from parathink.errors import ConfigError
+from parathink.testing.toy import prompt_ids
 
 NEW = 90
 CASES = [("parallel_r1", "causal"), ("parallel_r1", "structured"), ("npr", "structured"),

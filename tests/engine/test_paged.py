@@ -14,8 +14,8 @@ import torch
 from parathink.engine import Engine, SamplingConfig
 from parathink.engine.kv_budget import BLOCK_TOKENS, blocks_for, min_kv_cache_bytes, model_kv_bytes_per_token
 from parathink.engine.paged import PagedCache
-from parathink.engine.toy import prompt_ids
 from parathink.errors import ConfigError
+from parathink.testing.toy import prompt_ids
 
 NEW = 70
 

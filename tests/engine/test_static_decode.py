@@ -21,7 +21,7 @@ from parathink.engine import decode as decode_module
 from parathink.engine.cache import RowCache
 from parathink.engine.decode import EagerDecode, StaticDecode
 from parathink.engine.runner import FastRunner, cache_shape
-from parathink.engine.toy import prompt_ids
+from parathink.testing.toy import prompt_ids
 
 GRAMMARS = ["parallel_r1", "npr", "parathinker"]
 # The fewest forks over the 18 samples that make the check a check of forks. What the toy opens depends on the CPU

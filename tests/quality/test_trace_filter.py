@@ -55,12 +55,12 @@ def test_one_trace_per_problem_and_the_report(tmp_path):
 
 
 def test_a_too_long_response_is_rejected_before_it_is_graded(monkeypatch):
-    import parathink.quality.traces as traces
+    import parathink.scoring as scoring  # the filter grades on the one score path
 
     def never(*a, **k):
         raise AssertionError("a too-long response was graded")
 
-    monkeypatch.setattr(traces, "grade", never)
+    monkeypatch.setattr(scoring, "grade", never)
     assert judge(rec("\\boxed{" * 8000), FilterConfig(max_chars=4000)).reasons == ["no_block", "too_long"]
 
 

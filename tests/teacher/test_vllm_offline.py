@@ -14,7 +14,7 @@ from parathink.pipeline.compose import config_dir
 from parathink.stages import teacher as teacher_stage
 from parathink.stages.context import StageContext
 from parathink.teacher import vllm_offline
-from parathink.teacher.vllm_server import MODEL_DIR, VENV, check_installed
+from parathink.testing.vllm_server import MODEL_DIR, VENV, check_installed
 
 
 def _cfg(*overrides):

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from parathink.pipeline.compose import config_dir
 from parathink.stages import teacher as teacher_stage
 from parathink.stages.context import StageContext
-from parathink.teacher.vllm_server import SERVED_NAME, vllm_server
+from parathink.testing.vllm_server import SERVED_NAME, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -1,7 +1,7 @@
 """A registered version as ``ParallelTextGenerationPipeline``: the engine's decoding behind transformers' pipeline,
 loaded by ``models:/`` URI with the decode settings its registration recorded (a real MLflow SQLite store).
 
-The model is the engine's toy (``parathink.engine.toy``: taught to write all three grammars in seconds), logged
+The model is the engine's toy (``parathink.testing.toy``: taught to write all three grammars in seconds), logged
 with the transformers flavor exactly as a stage's checkpoint is (``parathink.tracking.flavor.register``).
 """
 
@@ -13,7 +13,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from parathink.engine import Engine, SamplingConfig
-from parathink.engine.toy import KINDS, toy_model
+from parathink.testing.toy import KINDS, toy_model
 from parathink.tracking.flavor import DECODE_KEY, register
 from parathink.tracking.parallel_pipeline import ParallelTextGenerationPipeline, load_pipeline
 

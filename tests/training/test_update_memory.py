@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from parathink.engine import recompute_logprobs
-from parathink.engine.toy import prompt_ids, toy_model, trace
 from parathink.formats.layouts import TagIds, build_batch_layout
 from parathink.modeling.attention import structured_inputs
+from parathink.testing.toy import prompt_ids, toy_model, trace
 from parathink.training.checkpointing import enable_checkpointing
 from parathink.training.rl import micro_batches
 

@@ -20,9 +20,8 @@ from pathlib import Path
 
 from parathink import jsonl
 from parathink.config.filter import FilterConfig
-from parathink.formats import parse
-from parathink.grading import grade
 from parathink.jsonl import BadLine, lone_surrogate
+from parathink.scoring import score_completion
 
 REQUIRED = ("problem", "answer", "response")
 MAX_LISTED_BAD_LINES = 1000  # the report lists this many; the count is always exact
@@ -79,25 +78,24 @@ def judge(rec: dict, cfg: FilterConfig) -> Judged:
     graded: it is rejected for its length, and a pathological one costs no math-verify call."""
     response = rec["response"]
     n = len(response)
-    trace = parse(response, cfg.grammar)
+    scored = score_completion(response, cfg.grammar, rec["answer"], grade_answer=cfg.min_chars <= n <= cfg.max_chars)
+    trace, extracted = scored.trace, scored.extracted
     reasons = [f"format:{code}" for code in trace.errors]
     if trace.valid and not trace.blocks:
         reasons.append("no_block")
-    extracted, correct = None, False
     if n < cfg.min_chars:
         reasons.append("too_short")
     elif n > cfg.max_chars:
         reasons.append("too_long")
     else:
-        extracted, correct = grade(response, rec["answer"])
         if extracted is None:
             reasons.append("no_answer")
-        elif not correct:
+        elif not scored.correct:
             reasons.append("incorrect")
         if "vote" in rec and rec["vote"] is None and extracted is not None:
             reasons.append("no_vote")
-    empty = sum(1 for b in trace.blocks for p in b.paths if not p.text.strip())
-    return Judged(rec, trace.valid, trace.parallel, correct, extracted, n, len(trace.blocks), empty, reasons)
+    return Judged(rec, trace.valid, trace.parallel, scored.correct, extracted, n, scored.blocks, scored.empty_paths,
+                  reasons)
 
 
 @dataclass

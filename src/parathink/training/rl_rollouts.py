@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from parathink.formats import Trace, parse
+from parathink.formats import Trace
 from parathink.formats.metrics import summarize
-from parathink.grading import grade
+from parathink.scoring import score_completion
 from parathink.training.advantages import get_advantage, zero_variance
 
 
@@ -69,12 +69,11 @@ def _epoch_order(n_problems: int, seed: int, epoch: int) -> tuple[int, ...]:
 
 def score(group: int, sample: Any, text: str, gold: Any, grammar: str,
           reward_fn: Callable[[Trace, bool, int], float], step: int) -> Rollout:
-    """Parse, grade and reward one response (docs/design.md, Grading and rewards)."""
-    trace = parse(text, grammar)
-    _, correct = grade(text, gold)
-    reward = float(reward_fn(trace, correct, step))
-    return Rollout(group=group, sample=sample, text=text, trace=trace, correct=bool(correct), reward=reward,
-                   n_tokens=len(sample.response_ids))
+    """Parse, grade and reward one response (docs/design.md, Grading and rewards) on the one score path
+    (``parathink.scoring``), which the trace filter and ``parathink score`` take too."""
+    scored = score_completion(text, grammar, gold, reward=reward_fn, step=step)
+    return Rollout(group=group, sample=sample, text=text, trace=scored.trace, correct=bool(scored.correct),
+                   reward=float(scored.reward), n_tokens=len(sample.response_ids))
 
 
 def assemble(rollouts: Sequence[Rollout], group_size: int, advantage: str, drop_zero_variance: bool,

