@@ -4,7 +4,7 @@ import pytest
 
 from parathink import jsonl
 from parathink.errors import BadInput
-from parathink.quality.rl_gate import read_steps
+from parathink.stages.rl.gate import read_steps
 from parathink.stages.sft import read_traces
 
 CONTENT = b'{"a": 1}\r\n\n  \n[1]\n{"b": \n\xff\n{"c": "\\ud800"}\n'

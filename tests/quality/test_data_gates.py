@@ -4,8 +4,8 @@ fail with the observed figure."""
 import json
 
 from parathink.pipeline.compose import compose
-from parathink.quality.data_gates import teacher_gate
 from parathink.quality.gate import GateInput
+from parathink.stages.teacher.gate import teacher_gate
 
 GOOD = "<Parallel><Path>a \\boxed{1}</Path><Path>b \\boxed{1}</Path></Parallel><Summary>1</Summary> \\boxed{1}"
 

@@ -5,8 +5,8 @@ import json
 import math
 
 from parathink.pipeline.compose import compose
-from parathink.quality.eval_gate import eval_gate
 from parathink.quality.gate import GateInput
+from parathink.stages.eval.gate import eval_gate
 
 ROW = {"n": 1600, "n_problems": 200, "k": 8, "accuracy": 0.6, "pass_at_k": 0.9, "parallel_rate": 0.9,
        "valid_rate": 0.95, "relative_position": None}  # relative_position: None without parallel samples, allowed

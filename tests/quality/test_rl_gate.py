@@ -8,7 +8,7 @@ import pytest
 
 from parathink.pipeline.compose import compose
 from parathink.quality.gate import GateInput
-from parathink.quality.rl_gate import rl_gate
+from parathink.stages.rl.gate import rl_gate
 
 PROBE = {"probe_n": 512.0, "probe_reward_start": 0.28, "probe_reward_end": 0.32}
 

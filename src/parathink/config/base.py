@@ -1,4 +1,4 @@
-"""``BaseConfig``: the settings of the ``base`` stage (``stages/base.py``, ``parathink.training.pretrain``).
+"""``BaseConfig``: the settings of the ``base`` stage (``stages/base/``, ``parathink.training.pretrain``).
 
 The tiny curriculum copies its shipped base (``model.source``) unless ``train`` is true; then it pretrains a fresh
 ~1M-parameter Qwen3 on sequential worked solutions of the synthetic domain with these settings (AdamW, cosine,
@@ -53,7 +53,7 @@ class BaseConfig:
     max_new_tokens: int = at_least(1, 96)  # greedy decoding budget; the longest worked solution is ~70 tokens
     report_n: int = at_least(0, 400)  # greedy easy/hard problems scored at the end for the stage's metrics (0: skip)
     num_threads: int = at_least(0, 0)  # torch threads; 0 keeps torch's default, 1 is faster when jobs share the cores
-    # The stage's quality gate on model/ (parathink.quality.model_gates.base_gate, docs/gates.md); its thresholds
+    # The stage's quality gate on model/ (stages/base/gate.py, docs/gates.md); its thresholds
     # are in base.yaml. Not part of the config hash.
     gate: BaseThresholds = field(default_factory=BaseThresholds)  # a wrong type or key fails at compose
 

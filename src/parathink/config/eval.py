@@ -1,4 +1,4 @@
-"""``EvalConfig``: the settings of the ``eval`` stage (``stages/eval.py``): every model stage of the run
+"""``EvalConfig``: the settings of the ``eval`` stage (``stages/eval/``): every model stage of the run
 sampled on every test set, k samples per problem, scored as mean@k and pass@k.
 
 Every option is declared here, with its default and what it does; the defaults are the tiny curriculum's (two
@@ -62,7 +62,7 @@ class EvalConfig:
     # An experiment disables an inherited set by setting it to null. n >= 1600 samples per set: fewer leave the
     # noise of re-scoring the tiny model above the differences it shows (docs/findings.md, "From code comments").
     sets: dict[str, Any] = field(default_factory=_tiny_sets)
-    # The stage's quality gate on results.json (parathink.quality.eval_gate, docs/gates.md); its thresholds are in
+    # The stage's quality gate on results.json (stages/eval/gate.py, docs/gates.md); its thresholds are in
     # eval.yaml. Not part of the config hash.
     gate: EvalThresholds = field(default_factory=EvalThresholds)
 

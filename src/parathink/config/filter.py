@@ -1,4 +1,4 @@
-"""``FilterStageConfig``: the settings of the ``filter`` stage (``stages/filter.py``).
+"""``FilterStageConfig``: the settings of the ``filter`` stage (``stages/filter/``).
 
 The stage keeps the teacher's traces that are parallel (valid format, >= 1 block) AND correct, within length
 bounds, one per problem (Parallel-R1 §3.1), with ``parathink.quality.traces``. The defaults are the tiny
@@ -44,7 +44,7 @@ class FilterStageConfig:
     format: str = "${format}"  # grammar the traces are parsed with: parallel_r1 | npr | parathinker
     one_per_problem: bool = True  # keep the first accepted trace of each problem: a problem weighs 1 in SFT
     length: LengthBounds = field(default_factory=LengthBounds)
-    # The data-quality gate (parathink.quality.data_gates.filter_gate, docs/gates.md); its thresholds are in
+    # The data-quality gate (stages/filter/gate.py, docs/gates.md); its thresholds are in
     # filter.yaml. Not part of the config hash.
     gate: FilterThresholds = field(default_factory=FilterThresholds)
 

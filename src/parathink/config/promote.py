@@ -1,6 +1,6 @@
 """``PromoteConfig``: when the registry's ``champion`` alias moves (``tracking.promote``; docs/design.md, "Tracking").
 
-Read by the ``promote`` stage (``stages/promote.py``: this run's best model against the champion) and by
+Read by the ``promote`` stage (``stages/promote/``: this run's best model against the champion) and by
 ``parathink promote`` (``pipeline/commands.py (main_promote)``: a named version or alias against it). The
 class is the Hydra schema of ``tracking.promote`` (``hydra_conf/tracking/sqlite.yaml``, ``pipeline/compose.py``).
 """

@@ -133,7 +133,7 @@ class RLConfig:
     # GPU check in docs/findings.md); in fp32 the engine is tested to agree within 1e-4.
     old_logprobs: str = "engine"
     num_threads: int = 0  # torch CPU threads; 0 keeps torch's default (all cores), 1 when other jobs share them
-    # The stage's quality gate, judged from its own records when it finishes (parathink.quality.rl_gate, docs/
+    # The stage's quality gate, judged from its own records when it finishes (stages/rl/gate.py, docs/
     # gates.md); its thresholds are in rl.yaml. Not part of the config hash.
     gate: RLThresholds = field(default_factory=RLThresholds)  # a wrong type or key fails at compose
 

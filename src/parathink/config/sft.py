@@ -1,4 +1,4 @@
-"""``SFTConfig``: the settings of the ``sft`` stage (``stages/sft.py``, ``parathink.training.sft``).
+"""``SFTConfig``: the settings of the ``sft`` stage (``stages/sft/``, ``parathink.training.sft``).
 
 Cold-start SFT on the filter's accepted traces (Parallel-R1 §3.2), with transformers' Trainer underneath. Every
 option is declared here, with its default and what it does; the defaults are the tiny curriculum's (a 2-core CPU, a
@@ -95,7 +95,7 @@ class SFTConfig:
     deepspeed: str | None = None  # a DeepSpeed JSON (hydra_conf/deepspeed/zero2.json, zero3.json); null = none
     fsdp: str | None = None  # torch FSDP through accelerate, e.g. "full_shard auto_wrap"; null = none
     fsdp_config: dict[str, Any] = field(default_factory=dict)  # passed to TrainingArguments.fsdp_config
-    # The stage's quality gate on model/ (parathink.quality.model_gates.sft_gate, docs/gates.md); its thresholds
+    # The stage's quality gate on model/ (stages/sft/gate.py, docs/gates.md); its thresholds
     # and probe are in sft.yaml. Not part of the config hash.
     gate: SFTThresholds = field(default_factory=SFTThresholds)  # a wrong type or key fails at compose
 

@@ -1,4 +1,4 @@
-"""``TeacherConfig``: the settings of the ``teacher`` stage (``stages/teacher.py``), one sub-config per backend.
+"""``TeacherConfig``: the settings of the ``teacher`` stage (``stages/teacher/``), one sub-config per backend.
 
 The class is the Hydra schema of ``hydra_conf/stage/teacher.yaml`` (``pipeline.compose``): a misspelt key or a value
 of the wrong type fails while composing, in one line. ``check`` refuses what types cannot say (an unknown backend, a
@@ -123,7 +123,7 @@ class TeacherConfig:
     hf: HFConfig = field(default_factory=HFConfig)
     openai: OpenAIEndpointConfig = field(default_factory=OpenAIEndpointConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
-    # The quality gate on raw.jsonl (parathink.quality.data_gates.teacher_gate, docs/gates.md); its thresholds are in
+    # The quality gate on raw.jsonl (stages/teacher/gate.py, docs/gates.md); its thresholds are in
     # teacher.yaml. Not part of the config hash.
     gate: TeacherThresholds = field(default_factory=TeacherThresholds)
 

@@ -1,6 +1,6 @@
 """The eval stage's test sets: which are configured, and each one's problems and k, as the stage samples them.
 
-Read by the stage (``stages/eval.py``) and by its gate (``parathink.quality.eval_gate``: every set complete),
+Read by the stage (``stages/eval/``) and by its gate (``stages/eval/gate.py``: every set complete),
 so that both count the same samples.
 """
 

@@ -16,7 +16,7 @@ Per stage (docs/design.md, "The curriculum"):
 Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does 2 to 4's bookkeeping; stages
 marked ``data_parallel`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
 Stages are imported lazily by name (``parathink.stages.<name>``, ``parathink.stages.BUILTIN``, or the config's
-``stage_modules`` mapping: a dotted module, ``module:attribute`` or a ``.py`` file), so a missing stage is a
+``stage_modules`` mapping: a dotted module, ``module:attribute``, a ``.py`` file or a stage folder), so a missing stage is a
 one-line config error; what each gives the runner is its ``StageSpec`` (``parathink.stages.contract``). Each
 stage's log ends with one line that carries its metrics:
 ``[parathink] filter: done in 5.1 s, output 3f2a...; accepted=36 accepted_rate=0.45 ...``.
@@ -64,7 +64,12 @@ ATTEMPT = "_attempt.json"  # in work_dir: which config hash the scratch belongs 
 def stage_module(cfg: DictConfig, name: str) -> StageSpec:
     """The stage ``name``: ``stage_modules.<name>`` when the config maps it, else the built-in one."""
     target = str(cfg.get("stage_modules", {}).get(name, BUILTIN.get(name, f"parathink.stages.{name}")))
-    loaded = _load_file(name, target) if target.endswith(".py") else _import_target(name, target)
+    if target.endswith(".py"):
+        loaded = _load_file(name, target)
+    elif "/" in target or Path(target).is_dir():
+        loaded = _load_folder(name, target)
+    else:
+        loaded = _import_target(name, target)
     return spec_of(loaded, name, target)
 
 
@@ -80,6 +85,25 @@ def _load_file(name: str, target: str) -> Any:
     spec = importlib.util.spec_from_file_location(f"parathink_stage_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def _load_folder(name: str, target: str) -> Any:
+    """A stage folder laid out as the built-in ones are (``__init__.py`` exporting ``STAGE``, beside it its gate
+    and whatever else it needs, imported relatively): the plug-in form of a whole stage in one folder."""
+    init = Path(target) / "__init__.py"
+    if not init.is_file():
+        raise ConfigError(f"stage_modules.{name}: folder {target} has no __init__.py (a stage folder exports STAGE "
+                          "there)")
+    module_name = f"parathink_stage_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, init, submodule_search_locations=[str(init.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # its relative imports (``from .gate import ...``) resolve through here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
     return module
 
 

@@ -14,9 +14,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parathink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from parathink.quality.gate import GateInput
 
 FIGURES = ("n", "n_problems", "accuracy", "parallel_rate", "valid_rate")
 
@@ -114,3 +117,15 @@ def cached_sample(model_dir: Path | str, model_id: str, spec: ProbeSpec, grammar
     tmp.write_text(json.dumps({**figures, "model": model_id}), encoding="utf-8")
     os.replace(tmp, path)
     return figures, False
+
+
+def stage_model(stage: str, output_hash: str | None) -> str:
+    """A published model's identity in the probe cache: the same whichever gate probes it (base's, then sft's)."""
+    return f"stage:{stage}:{output_hash}"
+
+
+def probe_model(model_dir: Path | str, model_id: str, spec: ProbeSpec, cfg, out: GateInput) -> tuple[dict, str]:
+    """The probe's figures on a model (sampled once per model, spec and seed: the cache) and a note for the table."""
+    figures, cached = cached_sample(model_dir, model_id, spec, str(cfg.format), out.seed, out.cache_dir)
+    note = f"{int(figures['n'])} samples{', cached' if cached else ''}"
+    return figures, note

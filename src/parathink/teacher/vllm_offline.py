@@ -11,7 +11,7 @@ Every GPU of the teacher's pod is used (``teacher.vllm.parallel``, its placement
 worker per GPU (``CUDA_VISIBLE_DEVICES`` names its one GPU) and hands each its contiguous share of every chunk,
 asked of all at once; ``tensor`` starts one worker whose engine has ``tensor_parallel_size`` = the GPUs. Each request
 carries the run's seed, so a record does not depend on which engine wrote it nor on how many there are. The stage's
-process never touches CUDA itself: the workers are the GPUs' only users (stages/teacher.py releases what an earlier
+process never touches CUDA itself: the workers are the GPUs' only users (stages/teacher/ releases what an earlier
 stage of the same process cached before starting them).
 """
 

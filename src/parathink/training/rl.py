@@ -1,4 +1,4 @@
-"""The GRPO family in one loop: the four RL stages of ``stages/rl.py`` differ only in config.
+"""The GRPO family in one loop: the four RL stages of ``stages/rl/`` differ only in config.
 
 Per step (Parallel-R1 §3.3; DeepSeekMath §4.1 for GRPO):
 1. draw ``prompts_per_step`` problems (a pure function of seed and step, so a resumed run draws the same);
@@ -138,7 +138,7 @@ def train_from(run: Setup, cfg: RLConfig, ctx, *, stage: str, grammar: str,
                                    f"rewards.")
         # The safety stop, not a budget: a stage is its `steps` steps, whatever the machine's load. Crossing
         # max_minutes publishes what we have, says so loudly, and the RL gate fails on the missing steps
-        # (parathink.quality.rl_gate). Processes agree, or one would wait forever for the others' next step.
+        # (stages/rl/gate.py). Processes agree, or one would wait forever for the others' next step.
         if step < cfg.steps and procs.any(bool(cfg.max_minutes) and
                                           time.perf_counter() - began >= 60 * cfg.max_minutes):
             cut = True

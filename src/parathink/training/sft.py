@@ -294,7 +294,7 @@ def training_arguments(cfg: SFTConfig, out_dir, *, seed: int, progress: bool, wo
     accum = global_batch_plan(cfg.global_batch, cfg.micro_batch, world_size)
     extra = {}
     if cfg.deepspeed:
-        extra["deepspeed"] = cfg.deepspeed  # resolved by the stage (stages/sft.py (settings))
+        extra["deepspeed"] = cfg.deepspeed  # resolved by the stage (stages/sft/ (settings))
     if cfg.fsdp:
         extra["fsdp"] = cfg.fsdp
         extra["fsdp_config"] = dict(cfg.fsdp_config)

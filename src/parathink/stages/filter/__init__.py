@@ -6,7 +6,7 @@ and ``report.json`` (rates per source and level, reasons histogram, bad input li
 report names its input as the run names it (``teacher/raw.jsonl``, or ``filter.input`` as configured), never by the
 folder it was read from, and its time goes to ``_timings.json``: the same traces give the same output hash in any
 run directory (``parathink.rundir.timings``).
-Its gate (``gate``, run by the runner on the finished output: ``parathink.quality.data_gates.filter_gate``) is the
+Its gate (``gate``, run by the runner on the finished output: ``stages/filter/gate.py``) is the
 great-expectations suite of the accepted traces, with data docs in ``_gates/``; a failed gate exits with code 3.
 """
 
@@ -23,10 +23,10 @@ from omegaconf import DictConfig
 from parathink import jsonl
 from parathink.config.filter import FilterStageConfig
 from parathink.config.thresholds import FilterThresholds
-from parathink.quality.data_gates import filter_gate
 from parathink.rundir import provenance, timings
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
+from parathink.stages.filter.gate import filter_gate
 
 # Short override names of `parathink stage filter input=RAW.jsonl output=DIR gate.min_valid_rate=R` (issue 3):
 # the runner rewrites them with ``expand_overrides`` before composing the config.

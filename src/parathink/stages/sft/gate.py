@@ -1,12 +1,9 @@
-"""The model gates after ``base`` and ``sft``: a held-out probe of the published model (``quality.probe``).
-
-- ``base``: the starting model answers: probe accuracy at least ``min_accuracy`` (a broken or mismatched
-  checkpoint scores ~0 and would waste the teacher and everything after it);
-- ``sft``: the cold-start model has learnt the format (probe parallel rate and valid-format rate at least their
-  thresholds) without losing the start model's skill (probe accuracy at most ``max_accuracy_drop`` below the
-  start's, sampled on the same problems with the same draws), and its schedule ran to the end
-  (``steps == planned_steps``: a wall-clock cap that cuts the cosine schedule leaves an undertrained model; the run
-  that motivated this gate stopped at 52 of 204 steps with 1.4% parallel samples).
+"""The gate after ``sft``: a held-out probe of the published model (``quality.probe``). The cold-start model has
+learnt the format (probe parallel rate and valid-format rate at least their thresholds) without losing the start
+model's skill (probe accuracy at most ``max_accuracy_drop`` below the start's, sampled on the same problems with the
+same draws), and its schedule ran to the end (``steps == planned_steps``: a wall-clock cap that cuts the cosine
+schedule leaves an undertrained model; the run that motivated this gate stopped at 52 of 204 steps with 1.4%
+parallel samples).
 """
 
 from __future__ import annotations
@@ -15,25 +12,7 @@ from pathlib import Path
 
 from parathink.quality.expectations import Expectation, at_least, equals, not_applicable
 from parathink.quality.gate import GateInput, gate_section
-from parathink.quality.probe import ProbeSpec, cached_sample, folder_fingerprint
-
-
-def stage_model(stage: str, output_hash: str | None) -> str:
-    """A published model's identity in the probe cache: the same whichever gate probes it (base's, then sft's)."""
-    return f"stage:{stage}:{output_hash}"
-
-
-def _probe(model_dir: Path | str, model_id: str, spec: ProbeSpec, cfg, out: GateInput) -> tuple[dict, str]:
-    figures, cached = cached_sample(model_dir, model_id, spec, str(cfg.format), out.seed, out.cache_dir)
-    note = f"{int(figures['n'])} samples{', cached' if cached else ''}"
-    return figures, note
-
-
-def base_gate(cfg, out: GateInput) -> list[Expectation]:
-    g = gate_section(cfg, "base")
-    spec = ProbeSpec.from_cfg(g["probe"], "base.gate.probe")
-    figures, note = _probe(out.folder / "model", stage_model("base", out.output_hash), spec, cfg, out)
-    return [at_least("probe_accuracy", figures["accuracy"], g["min_accuracy"], note)]
+from parathink.quality.probe import ProbeSpec, folder_fingerprint, probe_model, stage_model
 
 
 def _start_model(cfg, out: GateInput) -> tuple[Path | str, str, str]:
@@ -61,13 +40,13 @@ def sft_gate(cfg, out: GateInput) -> list[Expectation]:
     g = gate_section(cfg, "sft")
     spec = ProbeSpec.from_cfg(g["probe"], "sft.gate.probe")
     checks = [_schedule(out) if g["full_schedule"] else not_applicable("steps", "sft.gate.full_schedule=false")]
-    figures, note = _probe(out.folder / "model", stage_model("sft", out.output_hash), spec, cfg, out)
+    figures, note = probe_model(out.folder / "model", stage_model("sft", out.output_hash), spec, cfg, out)
     checks += [at_least("probe_parallel_rate", figures["parallel_rate"], g["min_parallel_rate"], note),
                at_least("probe_valid_rate", figures["valid_rate"], g["min_valid_rate"], note)]
     if g["max_accuracy_drop"] is None:
         return checks + [not_applicable("probe_accuracy", "sft.gate.max_accuracy_drop=null")]
     start_dir, start_id, start_name = _start_model(cfg, out)
-    start, start_note = _probe(start_dir, start_id, spec, cfg, out)
+    start, start_note = probe_model(start_dir, start_id, spec, cfg, out)
     floor = start["accuracy"] - g["max_accuracy_drop"]
     return checks + [at_least("probe_accuracy", figures["accuracy"], round(floor, 6),
                               f"{start_name} {start['accuracy']:.3f} - {g['max_accuracy_drop']} ({start_note})")]

@@ -3,7 +3,7 @@
 Reads the problems of ``teacher.problems`` (by default ``data.cold_start``), asks the configured backend for one
 parallel trace per problem, and publishes ``raw.jsonl`` (``id, source, problem, answer, level, response`` plus
 the backend's own fields) in problem order. Records are appended to ``work_dir/raw.jsonl`` as they finish, so
-a killed or failed run resumes with no record lost or written twice. Its gate (``quality.data_gates.teacher_gate``):
+a killed or failed run resumes with no record lost or written twice. Its gate (``stages/teacher/gate.py``):
 records for enough of the problems, and the raw-traces suite (valid-format rate).
 """
 
@@ -20,9 +20,9 @@ from parathink import jsonl
 from parathink.config.teacher import TeacherConfig
 from parathink.config.thresholds import TeacherThresholds
 from parathink.placement.roles import StageRole
-from parathink.quality.data_gates import teacher_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
+from parathink.stages.teacher.gate import teacher_gate
 from parathink.teacher import RawStore, TeacherUnavailable
 
 OUTPUT_FIELDS = ("id", "source", "problem", "answer", "level", "response")

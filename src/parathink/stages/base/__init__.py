@@ -8,7 +8,7 @@
 - ``model.kind=pretrained`` (e.g. Qwen3-4B-Base): load ``model.source`` (hub, s3://, GGUF, dir) and save it as
   ``model/``, so every later stage reads one local checkpoint.
 
-Its gate (``quality.model_gates.base_gate``): the model answers the held-out probe (an accuracy floor).
+Its gate (``stages/base/gate.py``): the model answers the held-out probe (an accuracy floor).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from parathink.config.base import BaseConfig
 from parathink.config.thresholds import BaseThresholds
 from parathink.errors import ConfigError
 from parathink.placement.roles import StageRole
-from parathink.quality.model_gates import base_gate
+from parathink.stages.base.gate import base_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
 

@@ -44,7 +44,7 @@ def rl_stage(name: str) -> StageSpec:
 
     def gate(cfg, out) -> list:
         """No non-finite loss, the probe reward not collapsed, the parallel-rate floor, the KL bound (docs/gates.md)."""
-        from parathink.quality.rl_gate import rl_gate
+        from parathink.stages.rl.gate import rl_gate
 
         return rl_gate(cfg, name, out)
 

@@ -3,7 +3,7 @@
 Everything that can be wrong is checked before training starts: the config (``validate``), the starting model
 and its tokenizer (loadable), structured attention against the model's attention implementation, and the
 traces (present, parseable, not all over-long). Checkpoints go to ``work_dir/trainer`` (a rerun resumes),
-the final model to ``out_dir/model``. Its gate (``quality.model_gates.sft_gate``): the format learnt on a held-out
+the final model to ``out_dir/model``. Its gate (``stages/sft/gate.py``): the format learnt on a held-out
 probe, accuracy kept against the start model, and the schedule run to the end.
 """
 
@@ -21,9 +21,9 @@ from parathink.errors import BadInput, ConfigError
 from parathink.logs import log
 from parathink.pipeline.compose import resolve_config_path
 from parathink.placement.roles import StageRole
-from parathink.quality.model_gates import sft_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
+from parathink.stages.sft.gate import sft_gate
 from parathink.training.stage_state import free_accelerator, own_training_state
 
 

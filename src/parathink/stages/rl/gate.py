@@ -1,4 +1,4 @@
-"""The gate after every GRPO-family stage (the four of ``stages/rl.py``), from its own records.
+"""The gate after every GRPO-family stage (the four of ``stages/rl/``), from its own records.
 
 Read from the stage's ``metrics.jsonl`` (one line per step) and its manifest metrics (the start/end probe of
 ``training.rl``); no model is loaded:

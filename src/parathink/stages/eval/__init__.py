@@ -4,7 +4,7 @@ Writes ``<stage>/<set>.jsonl`` (one line per problem, every sample with its verd
 (``{"stages": {stage: {set: {accuracy, pass_at_k, parallel_rate, relative_position, n, ...}}}}``). A model
 stage absent from the run directory is skipped and named in ``results.json["missing"]``. Each finished
 (stage, set) is kept in ``work_dir`` under the model's content hash, so a killed eval resumes where it stopped.
-Its gate (``quality.eval_gate``): every model of the run evaluated on every set with its full size, no NaN.
+Its gate (``stages.eval.gate``): every model of the run evaluated on every set with its full size, no NaN.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from parathink.evaluation.sets import active_sets, problems_and_k
 from parathink.jsonl import load_record
 from parathink.logs import log
 from parathink.placement.roles import StageRole
-from parathink.quality.eval_gate import eval_gate
 from parathink.stages.context import StageContext
 from parathink.stages.contract import Gate, StageSpec
+from parathink.stages.eval.gate import eval_gate
 
 # Per model and set, the figures the manifest (and so MLflow) carries; results.json keeps every figure.
 MANIFEST_KEYS = ("accuracy", "pass_at_k", "parallel_rate", "path_accuracy", "any_path_accuracy")
