@@ -42,7 +42,7 @@ def run_variant(name: str, steps: int, batch: int, n: int, out: Path) -> dict:
     from parathink.data.prompts import build_prompt
     from parathink.formats.layouts import TagIds
     from parathink.modeling import load_model
-    from parathink.tracking.base import NullTracker
+    from parathink.tracking.tracker import NullTracker
     from parathink.training.sft import CausalCollator, StructuredCollator, encode_traces, train_sft
 
     model, tok = load_model("builtin:tiny_base")

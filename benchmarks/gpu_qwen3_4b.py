@@ -207,7 +207,7 @@ class PeakMemory:
     (the dry run) the process's resident high-water mark, which counts the interpreter too (not comparable)."""
 
     def __init__(self, device: str):
-        from parathink import memory
+        from parathink.placement import peak as memory
 
         self.device, self.memory = device, memory
         self.by = ("torch.cuda.max_memory_allocated" if device == "cuda"

@@ -19,7 +19,7 @@ What is measured: the peak of **live tensor bytes**, from PyTorch's own CPU allo
 memory events, ``profile_memory=True``: every allocation and free of a tensor's storage with the running total),
 over model build + the step. That is what the model counts (tensors) and what a CUDA run's
 ``max_memory_allocated`` reports; the process's ``VmHWM`` (reset through ``/proc/self/clear_refs``, as
-``parathink.memory`` does) is recorded beside it, but it also holds glibc's arenas, oneDNN's scratch, the profiler's
+``placement.peak`` does) is recorded beside it, but it also holds glibc's arenas, oneDNN's scratch, the profiler's
 event buffers and Python objects, and pages never touched are not in it, so it is not the comparison.
 
 What is compared: ``memory_model.total(parts, update)`` of the budget ``sft_budget`` / ``rl_budget`` computes for
@@ -289,7 +289,7 @@ def measure(case: Case, threads: int, explain: bool = False) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from parathink.memory import peak_rss_mb, reset_peak
+    from parathink.placement.peak import peak_rss_mb, reset_peak
 
     torch.set_num_threads(threads)
     generator = torch.Generator().manual_seed(0)

@@ -272,7 +272,7 @@ def test_device_peak_counts_a_stages_live_tensors_and_over_estimate_compares(tmp
     to _timings.json and over_estimate names a stage whose peak exceeds its estimate."""
     import torch
 
-    from parathink.memory import DevicePeak, check_run, over_estimate
+    from parathink.placement.peak import DevicePeak, check_run, over_estimate
     from parathink.rundir import timings
 
     before = torch.ones(2**20)  # noqa: F841 - alive throughout, allocated before: not the stage's
@@ -299,7 +299,7 @@ def test_the_cpu_peak_is_measured_only_where_asked_for(tmp_path, monkeypatch):
     expects a figure: an unmeasured rehearsal cannot pass."""
     import torch
 
-    from parathink.memory import DevicePeak, check_run, measures_cpu
+    from parathink.placement.peak import DevicePeak, check_run, measures_cpu
     from parathink.rundir import timings
 
     monkeypatch.delenv("PARATHINK_CPU_PEAK", raising=False)
@@ -360,7 +360,7 @@ def test_the_cpu_peak_counts_a_tensor_freed_off_the_profiled_thread_once_its_add
     """memory.live_peak: the profiler records no free made on a thread it does not follow (gloo's worker dropping
     DeepSpeed's flattened bucket); an allocation at an address still live means the earlier tensor was freed.
     A free of a tensor made before the stage lowers the total; a free and an allocation at one instant: free first."""
-    from parathink.memory import live_peak
+    from parathink.placement.peak import live_peak
 
     unrecorded_free = [(1, 100, 0xA), (2, 100, 0xA), (3, 100, 0xA)]  # one tensor live at a time
     assert live_peak(unrecorded_free) == 100

@@ -51,8 +51,8 @@ def rehearse(experiment: str, run_dir: Path, stage_cache: Path, port: int) -> su
 
 def memory_overruns(run_dir: Path, stages: list[str]) -> list[str]:
     """Stages whose measured peak exceeds their estimate, or that recorded none or no peak (``device_memory`` in
-    ``<stage>/_timings.json``; ``parathink.memory.check_run`` compares bytes and names a stage it could not check)."""
-    from parathink.memory import check_run
+    ``<stage>/_timings.json``; ``parathink.placement.peak.check_run`` compares bytes and names a stage it could not check)."""
+    from parathink.placement.peak import check_run
 
     return check_run(run_dir, [name for name in stages if name in MODEL_STAGES])
 

@@ -16,8 +16,8 @@ Per stage (docs/design.md, "The curriculum"):
 Under a multi-process launch (torchrun, ``accelerate launch``) rank 0 alone does 2 to 4's bookkeeping; stages
 marked ``data_parallel`` run on every process, the rest on rank 0 while the others wait (``parathink.distributed``).
 Stages are imported lazily by name (``parathink.stages.<name>``, ``parathink.stages.BUILTIN``, or the config's
-``stage_modules`` mapping: a dotted module, ``module:attribute``, a ``.py`` file or a stage folder), so a missing stage is a
-one-line config error; what each gives the runner is its ``StageSpec`` (``parathink.stages.contract``). Each
+``stage_modules`` mapping: a dotted module, ``module:attribute``, a ``.py`` file or a stage folder), so a missing
+stage is a one-line config error; what each gives the runner is its ``StageSpec`` (``parathink.stages.contract``). Each
 stage's log ends with one line that carries its metrics:
 ``[parathink] filter: done in 5.1 s, output 3f2a...; accepted=36 accepted_rate=0.45 ...``.
 """
@@ -36,7 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from parathink import distributed, memory, storage
+from parathink import distributed, storage
 from parathink.errors import ConfigError, Unavailable
 from parathink.evaluation import results as results_file
 from parathink.exits import EXIT_OK, guarded
@@ -44,7 +44,7 @@ from parathink.jsonl import load_record
 from parathink.logs import log, metrics_tail
 from parathink.pipeline import gating
 from parathink.pipeline.compose import compose
-from parathink.placement import cluster
+from parathink.placement import cluster, peak
 from parathink.placement.roles import StageRole
 from parathink.quality import GateFailed
 from parathink.redact import redact_text
@@ -392,13 +392,13 @@ def _run_and_publish(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDi
 
     ctx = StageContext(name=name, out_dir=tmp, work_dir=work, seed=int(cfg.seed), tracker=tracker,
                        resolve_input=resolve)
-    per_stage = memory.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
+    per_stage = peak.reset_peak()  # the stage's own peak, not the largest of the stages before it in this process
     # the stage and its gate's probe (plan's device_memory covers both); on a CPU only where asked for (scale=cpu)
-    with memory.DevicePeak(cfg.get("measure_device_memory")) as device_peak:
+    with peak.DevicePeak(cfg.get("measure_device_memory")) as device_peak:
         with provenance.recording() as external:
             metrics = _call(stage, cfg, ctx)
         # Where the peak cannot be reset the figure is the process's so far: named so, not passed off as the stage's.
-        metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(memory.peak_rss_mb(), 1)
+        metrics["peak_rss_mb" if per_stage else "process_peak_rss_mb"] = round(peak.peak_rss_mb(), 1)
         manifest.inputs, manifest.external = dict(inputs), dict(external)
         manifest.finish(tmp, metrics)
         # The gate judges the finished output before it is published, so the verdict is published with it; an

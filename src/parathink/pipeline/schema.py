@@ -211,7 +211,7 @@ class RootConfig:
     stage_modules: dict[str, str] = field(default_factory=dict)
     # full: the sizes the experiment gives | cpu: its code paths at toy sizes on a CPU (hydra_conf/scale/cpu.yaml)
     scale: str = one_of(SCALES, "full")
-    # Each stage's device-memory peak in its _timings.json (parathink.memory.DevicePeak): null (auto) on a GPU only
+    # Each stage's device-memory peak in its _timings.json (placement.peak.DevicePeak): null (auto) on a GPU only
     # (CUDA's counter costs nothing); true on a CPU too (the profiler's live-tensor peak, ~7 us an allocation:
     # scale=cpu turns it on for the rehearsal); false nowhere. PARATHINK_CPU_PEAK=1 / 0 turns the CPU's on / off.
     measure_device_memory: bool | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parathink.errors import StageInputMissing
-from parathink.tracking.base import NullTracker, Tracker
+from parathink.tracking.tracker import NullTracker, Tracker
 
 
 @dataclass

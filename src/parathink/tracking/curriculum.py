@@ -19,11 +19,11 @@ from parathink.jsonl import load_record
 from parathink.redact import recorded_config, redact_text
 from parathink.rundir.manifest import GATES, config_hash
 from parathink.rundir.timings import TIMINGS
-from parathink.tracking.base import JsonlTracker, NullTracker, Tracker
 from parathink.tracking.datasets import log_datasets, stage_datasets
 from parathink.tracking.flavor import is_transformers_checkpoint
 from parathink.tracking.lineage import git_state, lineage_tags, run_name
 from parathink.tracking.registry import registered_name
+from parathink.tracking.tracker import JsonlTracker, NullTracker, Tracker
 
 TRACKING_FILE = "_tracking.json"  # in a stage's work_dir: its nested MLflow run id
 

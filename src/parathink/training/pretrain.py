@@ -22,7 +22,7 @@ import torch
 from parathink.data.prompts import build_prompt
 from parathink.data.synthetic import generate, worked_solution
 from parathink.logs import log
-from parathink.tracking.base import NullTracker, Tracker
+from parathink.tracking.tracker import NullTracker, Tracker
 from parathink.training.sampling import accuracy
 
 IGNORE = -100

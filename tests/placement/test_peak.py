@@ -1,4 +1,4 @@
-"""parathink.memory: a stage's peak, not the largest peak of the process's earlier stages."""
+"""parathink.placement.peak: a stage's peak, not the largest peak of the process's earlier stages."""
 
 import mmap
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from parathink import memory
+from parathink.placement import peak as memory
 
 MB = 1024 * 1024
 
