@@ -131,7 +131,7 @@ def test_plan_refuses_a_placement_that_cannot_hold_the_model(overrides, message,
 
 def test_every_gpu_experiment_fits_the_gpu_profile_and_eight_gpus_share_the_optimizer():
     """Every GPU stage of every GPU experiment has a device_memory estimate within its 80 GiB GPU (the memory model,
-    parathink.placement.memory_model; tests/test_memory_model.py checks its parts)."""
+    parathink.placement.memory_model; tests/placement/test_memory_model.py checks its parts)."""
     for experiment in ("parallel_r1_seen", "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "npr", "parathinker",
                        "scaffold", "grpo_baseline"):
         cfg = compose([f"experiment={experiment}"])
