@@ -1,5 +1,5 @@
 """The grammar registry: every built-in grammar is one consistent ``Grammar``, and a new grammar is one ``register``
-call that the parser, the canonical form and the layout follow."""
+call that the parser, the canonical form, the layout and the engine's fork rules all follow."""
 
 from __future__ import annotations
 
@@ -100,7 +100,8 @@ def test_a_registered_grammar_parses_and_is_a_known_format(toy):
     assert TAGS["toy"] == TOY_TAGS and get_grammar("toy") is toy and "toy" not in GRAMMARS  # GRAMMARS: built-ins
 
 
-def test_its_layout_and_canonical_form_come_from_the_entry(toy):
+def test_its_layout_and_fork_rules_come_from_the_entry(toy):
+    from parathink.engine.grammar import fork_grammar
     from parathink.formats.layouts import REGION_PATH, REGION_SUMMARY, TagIds, build_layout
 
     ids = {t: 100 + i for i, t in enumerate(TOY_TAGS)}
@@ -108,6 +109,10 @@ def test_its_layout_and_canonical_form_come_from_the_entry(toy):
     tags = TagIds.from_mapping("toy", ids)
     assert (tags.block_open, tags.path_open, tags.block_close, tags.summary_open) == (
         {fork}, {b}, {fork_c}, {s})
+
+    g = fork_grammar(tags, tokenizer=None, max_paths=3)  # no path label: the tokenizer is never asked
+    assert (g.opener, g.path_open, g.path_close) == (fork, ((b,),) * 3, (b_c,) * 3)
+    assert (g.block_closers, g.summary_close, g.plan, g.max_paths) == ((fork_c, s), s_c, None, 3)
 
     # prompt, <fork>, path 1 (3 tokens), path 2 (2 tokens), </fork>, <sum> x </sum>
     seq = [1, 2, fork, b, 5, b_c, b, 6, b_c, fork_c, s, 7, s_c]
@@ -119,6 +124,26 @@ def test_its_layout_and_canonical_form_come_from_the_entry(toy):
 
     text = "<fork>\n<b>\na\n</b>\n<b>\nb\n</b>\n</fork>\n<sum>\nboth\n</sum>"
     assert engine_form(text, "toy") == "<fork><b>\na\n</b><b>\nb\n</b></fork><sum>\nboth\n</sum>"
+
+
+def test_the_engine_caps_paths_at_the_numbered_tags_a_grammar_has():
+    from parathink.engine.core import Engine
+
+    class NoTags:  # a tokenizer without the tags: causal sampling, so the cap is the only check before the model
+        unk_token_id = 0
+
+        def convert_tokens_to_ids(self, tag):
+            return 0
+
+    tags = ("<t1>", "</t1>", "<t2>", "</t2>", "<s>", "</s>")
+    register(Grammar("two", "Two", tags, _parse_toy, fork_after=None, path_open="<t{i}>", path_close="</t{i}>",
+                     summary_open="<s>", summary_close="</s>", max_paths=2))
+    try:
+        with pytest.raises(ValueError, match=r"^two has tags for at most 2 paths, asked 3$"):
+            Engine(object(), NoTags(), grammar="two", num_paths=3)
+        assert get_grammar("two").forced == ("<t1>", "<t2>", "<s>")
+    finally:
+        unregister("two")
 
 
 def test_unregistered_it_is_unknown_again(toy):
