@@ -1,5 +1,5 @@
 """The grammar registry: every built-in grammar is one consistent ``Grammar``, and a new grammar is one ``register``
-call that the parser, the canonical form, the layout and the engine's fork rules all follow."""
+call that the parser, the teacher's traces, the canonical form, the layout and the engine's fork rules all follow."""
 
 from __future__ import annotations
 
@@ -100,6 +100,18 @@ def test_a_registered_grammar_parses_and_is_a_known_format(toy):
     assert TAGS["toy"] == TOY_TAGS and get_grammar("toy") is toy and "toy" not in GRAMMARS  # GRAMMARS: built-ins
 
 
+def test_the_teacher_writes_it_and_the_canonical_form_strips_before_its_forced_tags(toy):
+    from parathink.teacher.traces import parallel_block, voted_trace
+
+    block = parallel_block(["a\n\\boxed{1}", "b\n\\boxed{1}"], "Most give 1.", "toy")
+    assert block == "<fork>\n<b>\na\n\\boxed{1}\n</b>\n<b>\nb\n\\boxed{1}\n</b>\n</fork>\n<sum>\nMost give 1.\n</sum>"
+    assert engine_form(block, "toy") == ("<fork><b>\na\n\\boxed{1}\n</b><b>\nb\n\\boxed{1}\n</b></fork><sum>\n"
+                                         "Most give 1.\n</sum>")
+    response, answers, vote = voted_trace(["x\n\\boxed{4}", "y\n\\boxed{4}", "z\n\\boxed{5}"], grammar="toy")
+    trace = parse(response, "toy")
+    assert trace.parallel and len(trace.blocks[0].paths) == 3 and answers == ["4", "4", "5"] and vote == "4"
+
+
 def test_its_layout_and_fork_rules_come_from_the_entry(toy):
     from parathink.engine.grammar import fork_grammar
     from parathink.formats.layouts import REGION_PATH, REGION_SUMMARY, TagIds, build_layout
@@ -122,12 +134,11 @@ def test_its_layout_and_fork_rules_come_from_the_entry(toy):
     assert lay.region[3].item() == REGION_PATH and lay.region[11].item() == REGION_SUMMARY
     assert not lay.attention_mask[7, 4] and lay.attention_mask[7, 2] and lay.attention_mask[11, 4:9].all()
 
-    text = "<fork>\n<b>\na\n</b>\n<b>\nb\n</b>\n</fork>\n<sum>\nboth\n</sum>"
-    assert engine_form(text, "toy") == "<fork><b>\na\n</b><b>\nb\n</b></fork><sum>\nboth\n</sum>"
 
-
-def test_the_engine_caps_paths_at_the_numbered_tags_a_grammar_has():
+def test_a_numbered_grammar_that_opens_the_response_is_capped_and_forks_at_start_only():
     from parathink.engine.core import Engine
+    from parathink.errors import ConfigError
+    from parathink.teacher.config import TeacherConfig
 
     class NoTags:  # a tokenizer without the tags: causal sampling, so the cap is the only check before the model
         unk_token_id = 0
@@ -142,6 +153,11 @@ def test_the_engine_caps_paths_at_the_numbered_tags_a_grammar_has():
         with pytest.raises(ValueError, match=r"^two has tags for at most 2 paths, asked 3$"):
             Engine(object(), NoTags(), grammar="two", num_paths=3)
         assert get_grammar("two").forced == ("<t1>", "<t2>", "<s>")
+        with pytest.raises(ConfigError, match=r"^teacher.self.fork: a Two block opens the response; only 'start'"):
+            TeacherConfig.from_cfg({"backend": "self", "grammar": "two", "self": {"fork": "agreed"}})
+        with pytest.raises(ConfigError, match=r"^teacher.grammar: backend scripted writes parallel_r1 traces only, "
+                                              r"got 'two'$"):
+            TeacherConfig.from_cfg({"backend": "scripted", "grammar": "two"})
     finally:
         unregister("two")
 
