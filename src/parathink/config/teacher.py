@@ -16,6 +16,7 @@ from typing import Any
 from parathink.config.fields import at_least, count, probability_mass
 from parathink.config.thresholds import TeacherThresholds
 from parathink.errors import ConfigError
+from parathink.formats.grammar import GRAMMAR_REGISTRY
 
 BACKENDS = ("scripted", "self", "hf", "openai", "vllm")
 
@@ -147,8 +148,10 @@ class TeacherConfig:
     def check(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"teacher.backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
-        if self.backend == "scripted" and self.grammar != "parallel_r1":
-            raise ConfigError(f"teacher.grammar: backend scripted writes parallel_r1 traces only, got {self.grammar!r}")
+        grammar = GRAMMAR_REGISTRY.get(self.grammar)  # None: unknown (the config schema refuses it first)
+        if self.backend == "scripted" and not (grammar and grammar.scripted_teacher):
+            scripted = " or ".join(name for name, g in GRAMMAR_REGISTRY.items() if g.scripted_teacher)
+            raise ConfigError(f"teacher.grammar: backend scripted writes {scripted} traces only, got {self.grammar!r}")
         if self.backend in ("hf", "openai", "vllm") and not self.backend_config.model:
             raise ConfigError(f"teacher.{self.backend}.model: required for teacher.backend={self.backend}")
         if self.backend in ("scripted", "self") and self.backend_config.num_paths < 2:
@@ -175,8 +178,9 @@ class TeacherConfig:
             raise ConfigError(f"teacher.self.summary: {s.summary!r} is not one of {', '.join(SUMMARIES)}")
         if s.fork not in FORKS:
             raise ConfigError(f"teacher.self.fork: {s.fork!r} is not one of {', '.join(FORKS)}")
-        if s.fork != "start" and self.grammar == "parathinker":
-            raise ConfigError("teacher.self.fork: a ParaThinker block opens the response; only 'start' applies")
+        g = GRAMMAR_REGISTRY.get(self.grammar)
+        if s.fork != "start" and g is not None and g.forks_at_start:
+            raise ConfigError(f"teacher.self.fork: a {g.title} block opens the response; only 'start' applies")
         if s.path_count not in PATH_COUNTS:
             raise ConfigError(f"teacher.self.path_count: {s.path_count!r} is not one of {', '.join(PATH_COUNTS)}")
         if not 1 <= s.min_paths <= s.num_paths:

@@ -49,8 +49,8 @@ from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats, st
 from parathink.engine.scheduler import BudgetScheduler
 from parathink.engine.transfer import upload
 from parathink.errors import ConfigError
+from parathink.formats.grammar import GRAMMAR_REGISTRY
 from parathink.formats.layouts import Layout, TagIds, build_layout, causal_layout
-from parathink.formats.tags import MAX_PARATHINKER_PATHS
 
 MODES = ("causal", "structured")
 DECODES = ("auto", "eager", "static")
@@ -169,8 +169,10 @@ class Engine:
             if mode == "structured":
                 raise
             self.tags = None  # causal sampling of a model without tags: nothing to fork or close
-        if grammar == "parathinker" and num_paths > MAX_PARATHINKER_PATHS:
-            raise ValueError(f"parathinker has tags for at most {MAX_PARATHINKER_PATHS} paths, asked {num_paths}")
+        # An unknown grammar is no error here: causal sampling of a model without tags needs none.
+        most = getattr(GRAMMAR_REGISTRY.get(grammar), "max_paths", None)
+        if most is not None and num_paths > most:
+            raise ValueError(f"{grammar} has tags for at most {most} paths, asked {num_paths}")
         self.g: ForkGrammar | None = None if self.tags is None else fork_grammar(self.tags, tokenizer, num_paths)
         eos = {tokenizer.eos_token_id}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parathink.formats.grammar import get_grammar
 from parathink.formats.layouts import TagIds
 
 
@@ -40,19 +41,19 @@ class ForkGrammar:
 
 
 def fork_grammar(tags: TagIds, tokenizer, max_paths: int) -> ForkGrammar:
-    ids = tags.ids
-    if tags.grammar == "parallel_r1":
-        return ForkGrammar(tags, ids["<Parallel>"], ((ids["<Path>"],),) * max_paths, (ids["</Path>"],) * max_paths,
-                           (ids["</Parallel>"], ids["<Summary>"]), frozenset({ids["<Summary>"]}), ids["</Summary>"])
-    if tags.grammar == "npr":
-        opens = tuple((ids["<step>"], *tokenizer.encode(f"{i}:", add_special_tokens=False))
-                      for i in range(1, max_paths + 1))
-        return ForkGrammar(tags, ids["</guideline>"], opens, (ids["</step>"],) * max_paths, (ids["<takeaway>"],),
-                           frozenset({ids["<takeaway>"]}), ids["</takeaway>"], plan=ids["<plan>"],
-                           guideline=ids["<guideline>"])
-    return ForkGrammar(tags, None, tuple((ids[f"<think{i}>"],) for i in range(1, max_paths + 1)),
-                       tuple(ids[f"</think{i}>"] for i in range(1, max_paths + 1)), (ids["<summary>"],),
-                       frozenset({ids["<summary>"]}), ids["</summary>"])
+    """The grammar's fork rules (``formats.grammar.Grammar``) as token ids, for blocks of up to ``max_paths``."""
+    g, ids = get_grammar(tags.grammar), tags.ids
+
+    def path_open(i: int) -> tuple[int, ...]:  # the tag, then NPR's "i:" as the tokenizer writes it
+        label = tokenizer.encode(g.label(i), add_special_tokens=False) if g.path_label else []
+        return (ids[g.path_open_tag(i)], *label)
+
+    numbers = range(1, max_paths + 1)
+    return ForkGrammar(tags, None if g.forks_at_start else ids[g.fork_after], tuple(map(path_open, numbers)),
+                       tuple(ids[g.path_close_tag(i)] for i in numbers), tuple(ids[t] for t in g.block_closers),
+                       frozenset({ids[g.summary_open]}), ids[g.summary_close],
+                       plan=ids[g.plan] if g.has_plans else None,
+                       guideline=ids[g.plans_open] if g.has_plans else None)
 
 
 @dataclass

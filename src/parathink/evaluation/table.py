@@ -3,6 +3,8 @@ accuracy against the number of paths (rows ``<set>@N``), NPR's plans per block, 
 
 from __future__ import annotations
 
+from parathink.formats.grammar import GRAMMAR_REGISTRY
+
 STAGE_ORDER = ("base", "sft", "rl_easy", "rl_hard", "rl_scaffold", "grpo_baseline")
 # (results key, column header, scale to percent)
 COLUMNS = (("accuracy", "mean@k", True), ("pass_at_k", "pass@k", True),
@@ -105,7 +107,8 @@ def format_path_counts(results: dict, sequential: str = "base") -> str:
 
 def format_paths_hist(results: dict) -> str:
     """NPR's plans per block, per stage and set: the share of blocks with each number of plans (the model's choice)."""
-    if results.get("settings", {}).get("format") != "npr":
+    grammar = GRAMMAR_REGISTRY.get(results.get("settings", {}).get("format"))
+    if grammar is None or not grammar.has_plans:  # only blocks that declare their paths (NPR's plans) have plans
         return ""
     lines = []
     for stage in ordered_stages(results):

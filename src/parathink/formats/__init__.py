@@ -1,22 +1,14 @@
 """Tag grammars (parallel_r1, npr, parathinker): parse/validate, metrics and structured-attention layouts.
 
-``parse(text, grammar)`` is the one entry point; each grammar is a module with ``parse(text) -> Trace``.
+``parse(text, grammar)`` is the one entry point; each grammar is a ``Grammar`` in ``formats.grammar``'s registry
+(``get_grammar(name)``), whose ``parse(text) -> Trace`` comes from the grammar's module.
 This package imports no torch at module load: ``layouts`` imports it when first used.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-
-from parathink.formats import npr, parallel_r1, parathinker
-from parathink.formats.tags import GRAMMARS, TAGS, check_grammar
+from parathink.formats.grammar import GRAMMAR_REGISTRY, GRAMMARS, TAGS, Grammar, get_grammar
 from parathink.formats.trace import Block, FormatError, Span, Trace
-
-_MODULES: dict[str, ModuleType] = {"parallel_r1": parallel_r1, "npr": npr, "parathinker": parathinker}
-
-
-def get_grammar(grammar: str) -> ModuleType:
-    return _MODULES[check_grammar(grammar)]
 
 
 def parse(text: str, grammar: str = "parallel_r1") -> Trace:
@@ -24,4 +16,5 @@ def parse(text: str, grammar: str = "parallel_r1") -> Trace:
     return get_grammar(grammar).parse(text)
 
 
-__all__ = ["GRAMMARS", "TAGS", "Block", "FormatError", "Span", "Trace", "get_grammar", "parse"]
+__all__ = ["GRAMMARS", "GRAMMAR_REGISTRY", "TAGS", "Block", "FormatError", "Grammar", "Span", "Trace", "get_grammar",
+           "parse"]

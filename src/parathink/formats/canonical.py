@@ -12,27 +12,24 @@ whitespace so SFT sees token for token what the engine produces; text inside pat
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 
-from parathink.formats.tags import MAX_PARATHINKER_PATHS, TAGS, check_grammar
+from parathink.formats.grammar import Grammar, RegistryView, get_grammar
 
-FORCED: dict[str, tuple[str, ...]] = {
-    "parallel_r1": ("<Path>", "</Parallel>", "<Summary>"),
-    "npr": ("<step>", "<takeaway>"),
-    "parathinker": tuple(f"<think{i}>" for i in range(1, MAX_PARATHINKER_PATHS + 1)) + ("<summary>",),
-}
+FORCED: Mapping[str, tuple[str, ...]] = RegistryView("forced")  # grammar name -> the tags its engine writes
 
 
 @cache
-def _pattern(grammar: str) -> re.Pattern:
-    any_tag = "|".join(re.escape(t) for t in sorted(TAGS[grammar], key=len, reverse=True))
-    forced = "|".join(re.escape(t) for t in sorted(FORCED[grammar], key=len, reverse=True))
-    # a tag, then whitespace, then a forced tag; ParaThinker's first thought also opens the response
-    lead = r"|^()\s+" if grammar == "parathinker" else ""
+def _pattern(g: Grammar) -> re.Pattern:
+    any_tag = "|".join(re.escape(t) for t in sorted(g.tags, key=len, reverse=True))
+    forced = "|".join(re.escape(t) for t in sorted(g.forced, key=len, reverse=True))
+    # a tag, then whitespace, then a forced tag; where a block opens the response (ParaThinker), its first
+    # path's tag also follows the response's leading whitespace
+    lead = r"|^()\s+" if g.forks_at_start else ""
     return re.compile(rf"(?:({any_tag})\s+{lead})(?=(?:{forced}))")
 
 
 def engine_form(text: str, grammar: str) -> str:
     """``text`` without whitespace between a tag and a following engine-forced tag of ``grammar``."""
-    check_grammar(grammar)
-    return _pattern(grammar).sub(lambda m: m.group(1) or m.group(2) or "", text)
+    return _pattern(get_grammar(grammar)).sub(lambda m: m.group(1) or m.group(2) or "", text)

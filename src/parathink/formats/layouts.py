@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from parathink.formats.tags import MAX_PARATHINKER_PATHS, TAGS, check_grammar
+from parathink.formats.grammar import get_grammar
 
 if TYPE_CHECKING:  # torch is imported lazily: formats must stay light at import time
     import torch
@@ -50,38 +50,29 @@ class TagIds:
 
     @classmethod
     def from_mapping(cls, grammar: str, ids: Mapping[str, int]) -> TagIds:
-        check_grammar(grammar)
-        missing = [t for t in TAGS[grammar] if t not in ids]
+        g = get_grammar(grammar)
+        missing = [t for t in g.tags if t not in ids]
         if missing:
             raise ValueError(f"tag ids for {grammar!r} lack {', '.join(missing)}")
 
-        def of(*tags: str) -> frozenset[int]:
-            return frozenset(ids[t] for t in tags)
+        def of(*tags: str | None) -> frozenset[int]:
+            return frozenset(ids[t] for t in tags if t is not None)
 
-        if grammar == "parallel_r1":
-            roles = dict(block_open=of("<Parallel>"), path_open=of("<Path>"), path_close=of("</Path>"),
-                         block_close=of("</Parallel>"), summary_open=of("<Summary>"),
-                         summary_close=of("</Summary>"))
-        elif grammar == "npr":
-            # NPR forks at </guideline>: the plans are shared prefix, the steps are the paths.
-            roles = dict(block_open=of("</guideline>"), path_open=of("<step>"), path_close=of("</step>"),
-                         block_close=of("<takeaway>"), summary_open=of("<takeaway>"),
-                         summary_close=of("</takeaway>"))
-        else:
-            n = range(1, MAX_PARATHINKER_PATHS + 1)
-            roles = dict(block_open=frozenset(), path_open=of(*(f"<think{i}>" for i in n)),
-                         path_close=of(*(f"</think{i}>" for i in n)), block_close=of("<summary>"),
-                         summary_open=of("<summary>"), summary_close=of("</summary>"),
-                         path_label={ids[f"<think{i}>"]: i for i in n})
-        return cls(grammar=grammar, ids=dict(ids), **roles)
+        # NPR forks at </guideline>: the plans are shared prefix, the steps are the paths; its block closer is
+        # the takeaway, which also opens the summary.
+        numbers = g.path_numbers()
+        return cls(grammar=grammar, ids=dict(ids), block_open=of(g.fork_after),
+                   path_open=of(*(g.path_open_tag(i) for i in numbers)),
+                   path_close=of(*(g.path_close_tag(i) for i in numbers)), block_close=of(g.block_closers[0]),
+                   summary_open=of(g.summary_open), summary_close=of(g.summary_close),
+                   path_label={ids[g.path_open_tag(i)]: i for i in numbers} if g.numbered_paths else {})
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, grammar: str) -> TagIds:
         """Look each tag up as ONE token; a tag the tokenizer splits or does not know is an error."""
-        check_grammar(grammar)
         unk = getattr(tokenizer, "unk_token_id", None)
         ids: dict[str, int] = {}
-        for tag in TAGS[grammar]:
+        for tag in get_grammar(grammar).tags:
             tid = tokenizer.convert_tokens_to_ids(tag)
             if tid is None or (unk is not None and tid == unk):
                 raise ValueError(f"tokenizer has no single token for tag {tag!r} (format {grammar}); "

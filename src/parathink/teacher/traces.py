@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from parathink.formats.tags import check_grammar
+from parathink.formats.grammar import closing, get_grammar
 from parathink.grading import extract_answer
 
 NPR_PLAN = "solve"  # the text of every NPR plan (see the module docstring)
@@ -69,33 +69,32 @@ def vote_summary(answers: list[str | None], vote: str | None, style: str) -> str
 
 def path_tags(grammar: str, i: int) -> tuple[str, str]:
     """The text that opens and closes path ``i`` (from 1) of a block in ``grammar``."""
-    if grammar == "parallel_r1":
-        return "<Path>\n", "\n</Path>"
-    if grammar == "npr":
-        return f"<step>{i}:\n", "\n</step>"
-    return f"<think{i}>\n", f"\n</think{i}>"
+    g = get_grammar(grammar)
+    return f"{g.path_open_tag(i)}{g.label(i)}\n", f"\n{g.path_close_tag(i)}"
 
 
 def block_head(grammar: str, k: int) -> str:
     """What precedes the first path of a ``k``-path block (NPR: the guideline with one plan per path)."""
-    if check_grammar(grammar) == "parallel_r1":
-        return "<Parallel>\n"
-    if grammar == "npr":
-        plans = "\n".join(f"<plan>{i}: {NPR_PLAN}</plan>" for i in range(1, k + 1))
-        return f"<guideline>\n{plans}\n</guideline>\n"
-    return ""  # ParaThinker: the first thought opens the block
+    g = get_grammar(grammar)
+    if g.forks_at_start:
+        return ""  # ParaThinker: the first thought opens the block
+    if not g.has_plans:
+        return f"{g.fork_after}\n"
+    # each plan carries its path's label ("i:"), which the parser matches against the step's
+    plans = "\n".join(f"{g.plan}{g.label(i)} {NPR_PLAN}{closing(g.plan)}" for i in range(1, k + 1))
+    return f"{g.plans_open}\n{plans}\n{g.fork_after}\n"
 
 
 def summary_tag(grammar: str) -> str:
     """The tag that opens a block's summary."""
-    return {"parallel_r1": "<Summary>", "npr": "<takeaway>", "parathinker": "<summary>"}[check_grammar(grammar)]
+    return get_grammar(grammar).summary_open
 
 
 def block_tail(grammar: str, summary: str) -> str:
     """What follows the last path: the block's closer and its summary."""
-    close = {"parallel_r1": "</Parallel>\n", "npr": "", "parathinker": ""}[check_grammar(grammar)]
-    tag = summary_tag(grammar)
-    return f"{close}{tag}\n{summary.strip()}\n{tag[0]}/{tag[1:]}"
+    g = get_grammar(grammar)
+    close = f"{g.block_close}\n" if g.block_close else ""
+    return f"{close}{g.summary_open}\n{summary.strip()}\n{g.summary_close}"
 
 
 def parallel_block(paths: list[str], summary: str, grammar: str = "parallel_r1") -> str:

@@ -37,8 +37,10 @@ def is_transformers_checkpoint(model_dir: Path) -> bool:
 
 
 def grammar_rule(grammar: str) -> str:
-    """The grammar's production as its parser module documents it (``parathink.formats.<grammar>``)."""
-    doc = importlib.import_module(f"parathink.formats.{grammar}").__doc__ or ""
+    """The grammar's production as its parser module (the one ``Grammar.parse`` comes from) documents it."""
+    from parathink.formats.grammar import get_grammar
+
+    doc = importlib.import_module(get_grammar(grammar).parse.__module__).__doc__ or ""
     return "\n".join(line.strip() for line in doc.splitlines() if line.startswith("    ")).strip()
 
 

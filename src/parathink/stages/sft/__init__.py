@@ -18,6 +18,7 @@ from parathink import jsonl
 from parathink.config.sft import REPLAYS, SFTConfig, start_stage
 from parathink.config.thresholds import SFTThresholds
 from parathink.errors import BadInput, ConfigError
+from parathink.formats.grammar import GRAMMAR_REGISTRY, get_grammar
 from parathink.logs import log
 from parathink.pipeline.compose import resolve_config_path
 from parathink.placement.roles import StageRole
@@ -37,12 +38,15 @@ def settings(cfg) -> SFTConfig:
     if node.get("deepspeed"):  # written relative to the checkout; found in the wheel's copy in a pod
         node["deepspeed"] = resolve_config_path(str(node["deepspeed"]))
     s = SFTConfig.from_cfg(node)
+    grammar = GRAMMAR_REGISTRY.get(str(cfg.format))  # None: unknown (the config schema refuses it first)
     for key in REPLAYS:
         fork = getattr(s, key).fork
-        if fork != "start" and str(cfg.format) == "parathinker":
-            raise ConfigError(f"sft.{key}.fork={fork!r}: a ParaThinker block opens the response; use start")
-    if s.relabel_thoughts and (str(cfg.format) != "parathinker" or int(cfg.model.parathinker_max_paths) < 2):
-        raise ConfigError("sft.relabel_thoughts: needs format=parathinker and model.parathinker_max_paths >= 2, got "
+        if fork != "start" and grammar is not None and grammar.forks_at_start:
+            raise ConfigError(f"sft.{key}.fork={fork!r}: a {grammar.title} block opens the response; use start")
+    # Relabelling draws new numbers for the thoughts' tags, so it needs numbered path tags and two numbers at least.
+    if s.relabel_thoughts and (not (grammar and grammar.numbered_paths) or int(cfg.model.parathinker_max_paths) < 2):
+        numbered = "|".join(name for name, g in GRAMMAR_REGISTRY.items() if g.numbered_paths)
+        raise ConfigError(f"sft.relabel_thoughts: needs format={numbered} and model.parathinker_max_paths >= 2, got "
                           f"{cfg.format!r} and {cfg.model.parathinker_max_paths}")
     if s.collator == "structured" and cfg.model.attn_implementation.startswith("flash_attention"):
         raise ConfigError(f"sft.collator=structured needs a 4-D mask; model.attn_implementation="
@@ -108,15 +112,15 @@ def _replay(s: SFTConfig, grammar: str, traces: list[dict]) -> dict[str, list[tu
     return out
 
 
-def _relabel(train_set: list[dict], tok, max_paths: int, seed: int) -> None:
+def _relabel(train_set: list[dict], tok, grammar: str, max_paths: int, seed: int) -> None:
     """ParaThinker's random thought labels (``training.sft.relabel_thoughts``), in place, reproducible by seed."""
     import random
 
-    from parathink.formats.tags import MAX_PARATHINKER_PATHS
     from parathink.training.sft import relabel_thoughts
 
-    labels = {tok.convert_tokens_to_ids(f"<{'/' * (1 - o)}think{n}>"): (n, o)
-              for n in range(1, MAX_PARATHINKER_PATHS + 1) for o in (1, 0)}
+    g = get_grammar(grammar)
+    labels = {tok.convert_tokens_to_ids(tag): (n, o)
+              for n in g.path_numbers() for o, tag in ((1, g.path_open_tag(n)), (0, g.path_close_tag(n)))}
     rng = random.Random(seed)
     for example in train_set:
         example["input_ids"] = relabel_thoughts(example["input_ids"], labels, max_paths, rng)
@@ -188,7 +192,7 @@ def run(cfg, ctx: StageContext) -> dict[str, float]:
         install_path_vectors(model, int(cfg.model.parathinker_max_paths))
     train_set, counts = _training_set(s, str(cfg.format), traces, tok)
     if s.relabel_thoughts:
-        _relabel(train_set, tok, int(cfg.model.parathinker_max_paths), ctx.seed)
+        _relabel(train_set, tok, str(cfg.format), int(cfg.model.parathinker_max_paths), ctx.seed)
     collator = _collator(cfg, s, model, tok)
     ctx.tracker.log_params({"sft.collator": s.collator, **{f"sft.{key}": n for key, n in counts.items()}})
     model.train()
