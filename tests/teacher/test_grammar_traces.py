@@ -5,11 +5,11 @@ import random
 
 import pytest
 
+from parathink.engine import SamplingConfig
 from parathink.formats import parse
 from parathink.formats.canonical import engine_form
 from parathink.formats.metrics import relative_position
 from parathink.grading import grade
-from parathink.teacher.generators import Sampling
 from parathink.teacher.selfdistill import SelfTeacher, choose_paths, decided_count, self_trace
 from parathink.teacher.traces import fork_at_agreement, shared_lines
 
@@ -80,7 +80,7 @@ def test_npr_teacher_writes_as_many_plans_as_a_decided_vote_needs():
                 for i in range(3)]
     for samples, plans in (([RIGHT, RIGHT, SLIP, EARLY, SLIP], 2), ([RIGHT, SLIP, RIGHT, EARLY, SLIP], 3),
                            ([SLIP, RIGHT, OTHER, RIGHT, SLIP], 4), ([SLIP, RIGHT, OTHER, FOURTH, RIGHT], 5)):
-        teacher = SelfTeacher(_Samples(samples), None, Sampling(seed=1), num_paths=5, grammar="npr", fork="agreed",
+        teacher = SelfTeacher(_Samples(samples), None, SamplingConfig(seed=1), num_paths=5, grammar="npr", fork="agreed",
                               path_count="decided")
         for rec in teacher.generate(problems):
             trace = parse(rec["response"], "npr")
@@ -90,6 +90,6 @@ def test_npr_teacher_writes_as_many_plans_as_a_decided_vote_needs():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="fork must be one of"):
-        SelfTeacher(_Samples([RIGHT, RIGHT]), None, Sampling(), num_paths=2, fork="late")
+        SelfTeacher(_Samples([RIGHT, RIGHT]), None, SamplingConfig(seed=0), num_paths=2, fork="late")
     with pytest.raises(ValueError, match="min_paths must be in 1..num_paths=2"):
-        SelfTeacher(_Samples([RIGHT, RIGHT]), None, Sampling(), num_paths=2, min_paths=3)
+        SelfTeacher(_Samples([RIGHT, RIGHT]), None, SamplingConfig(seed=0), num_paths=2, min_paths=3)

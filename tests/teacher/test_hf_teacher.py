@@ -2,7 +2,7 @@
 
 from parathink.data import synthetic
 from parathink.data.prompts import teacher_prompt
-from parathink.teacher.generators import Sampling
+from parathink.engine import SamplingConfig
 from parathink.teacher.hf import HFTeacher
 
 
@@ -25,7 +25,7 @@ class _Recorder:
 def test_prompts_are_chat_wrapped_teacher_prompts():
     problems = synthetic.generate("easy", "train", 3)
     gen = _Recorder()
-    out = list(HFTeacher(gen, _ChatTok(), Sampling(seed=0), chunk=2).generate(problems))
+    out = list(HFTeacher(gen, _ChatTok(), SamplingConfig(seed=0), chunk=2).generate(problems))
     assert gen.prompts == [f"<user>{teacher_prompt(p['problem'])}<assistant>" for p in problems]
     assert [r["response"] for r in out] == ["answer 0", "answer 1", "answer 0"]
     assert [r["id"] for r in out] == [p["id"] for p in problems]

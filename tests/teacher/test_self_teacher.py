@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from parathink.data import synthetic
+from parathink.engine import SamplingConfig
 from parathink.formats import parse
 from parathink.grading import grade
 from parathink.quality.traces import FilterConfig, judge
-from parathink.teacher.generators import HFGenerator, Sampling
+from parathink.teacher.generators import HFGenerator, ban
 from parathink.teacher.selfdistill import SelfTeacher, self_trace
 from parathink.teacher.traces import cut_after_boxed, majority
 
@@ -53,7 +54,7 @@ def test_unknown_summary_style_is_refused():
     with pytest.raises(ValueError, match="summary style must be one of vote, listed, got 'prose'"):
         self_trace(["\\boxed{1}", "\\boxed{1}"], summary="prose")
     with pytest.raises(ValueError, match="teacher.self.summary must be one of vote, listed"):
-        SelfTeacher(_Echo({}), None, Sampling(), num_paths=2, summary="prose")
+        SelfTeacher(_Echo({}), None, SamplingConfig(seed=0), num_paths=2, summary="prose")
 
 
 class _Echo:
@@ -72,7 +73,7 @@ def test_self_teacher_streams_records_per_chunk():
 
     problems = synthetic.generate("easy", "train", 5)
     gen = _Echo({build_prompt(p["problem"]): synthetic.worked_solution(p) for p in problems})
-    out = list(SelfTeacher(gen, None, Sampling(seed=3), num_paths=3, chunk=2).generate(problems))
+    out = list(SelfTeacher(gen, None, SamplingConfig(seed=3), num_paths=3, chunk=2).generate(problems))
     assert [r["id"] for r in out] == [p["id"] for p in problems]
     assert gen.calls == [(2, 3, 3), (2, 3, 5), (1, 3, 7)]  # chunked, distinct reproducible seeds
     for p, r in zip(problems, out):
@@ -101,7 +102,7 @@ def test_hf_generator_on_a_real_model_is_reproducible_and_prompt_major(untrained
     model, tok = untrained_tiny
     gen = HFGenerator(model, tok)
     prompts = ["Problem: a\nSolution:\n", "Problem: a much longer problem text\nSolution:\n"]
-    s = Sampling(temperature=1.0, max_new_tokens=8, seed=0, batch_size=4)
+    s = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0, batch_size=4)
     a = gen.generate_texts(prompts, s, num_samples=3)
     assert len(a) == 2 and all(len(x) == 3 for x in a)
     assert a == gen.generate_texts(prompts, s, num_samples=3)
@@ -118,7 +119,7 @@ def test_engine_generator_plugs_in_the_same_way(untrained_tiny):
     torch.set_num_threads(1)
     model, tok = untrained_tiny
     gen = make_generator("engine", model, tok)
-    s = Sampling(temperature=1.0, max_new_tokens=8, seed=0, batch_size=8)
+    s = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0, batch_size=8)
     out = gen.generate_texts(["Problem: a\nSolution:\n", "Problem: b\nSolution:\n"], s, num_samples=2)
     assert len(out) == 2 and all(len(x) == 2 and all(isinstance(t, str) for t in x) for x in out)
     assert out == gen.generate_texts(["Problem: a\nSolution:\n", "Problem: b\nSolution:\n"], s, num_samples=2)
@@ -131,8 +132,8 @@ def test_banned_tokens_are_never_sampled(untrained_tiny, kind):
     torch.set_num_threads(1)
     model, tok = untrained_tiny
     seven = tok.convert_tokens_to_ids("7")
-    ban = tuple(i for i in range(len(tok)) if i not in (seven, tok.eos_token_id))
-    s = Sampling(temperature=1.0, max_new_tokens=6, seed=0, batch_size=8, ban_token_ids=ban)
+    banned = tuple(i for i in range(len(tok)) if i not in (seven, tok.eos_token_id))
+    s = SamplingConfig(temperature=1.0, max_new_tokens=6, seed=0, batch_size=8, logit_bias=ban(banned))
     out = make_generator(kind, model, tok).generate_texts(["Problem: a\nSolution:\n"], s, num_samples=4)
     assert all(set(t) <= {"7"} for t in out[0])  # only the one allowed token (or an early EOS)
 

@@ -1,31 +1,33 @@
 """Text generators the model-based teachers sample through.
 
 A generator is anything with ``generate_texts(prompts, sampling, num_samples) -> list[list[str]]`` (prompt-major:
-``out[i]`` holds the ``num_samples`` responses to ``prompts[i]``), the contract ``parathink.engine.Engine``
-also offers. ``HFGenerator`` runs ``transformers.generate``; ``engine_generator`` wraps the project's own
-engine when it is installed. The teachers never care which one they got.
+``out[i]`` holds the ``num_samples`` responses to ``prompts[i]``), with ``sampling`` a
+``parathink.engine.SamplingConfig``: the contract ``parathink.engine.Engine`` offers itself. ``HFGenerator`` runs
+``transformers.generate`` behind the same contract. The teachers never care which one they got.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+import math
+from typing import TYPE_CHECKING, Any, Protocol
 
-
-@dataclass(frozen=True)
-class Sampling:
-    """Field names match ``parathink.engine.SamplingConfig`` so one config section feeds either generator."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    seed: int | None = 0
-    batch_size: int = 64
-    ban_token_ids: tuple[int, ...] = ()  # never sampled (e.g. tag tokens inside a sequential solution)
+if TYPE_CHECKING:  # the module itself stays torch-free until a generator samples
+    from parathink.engine.sampling import SamplingConfig
 
 
 class TextGenerator(Protocol):
-    def generate_texts(self, prompts: list[str], sampling: Sampling, num_samples: int = 1) -> list[list[str]]: ...
+    def generate_texts(self, prompts: list[str], sampling: SamplingConfig,
+                       num_samples: int = 1) -> list[list[str]]: ...
+
+
+def banned_token_ids(sampling: SamplingConfig) -> list[int]:
+    """The ids ``sampling.logit_bias`` bans (bias -inf): how a teacher keeps tokens such as tags out of a sample."""
+    return [i for i, b in (sampling.logit_bias or {}).items() if b == -math.inf]
+
+
+def ban(token_ids) -> dict[int, float] | None:
+    """``logit_bias`` that bans ``token_ids`` (None when there are none, as the engine expects for no bias)."""
+    return {i: -math.inf for i in token_ids} or None
 
 
 class HFGenerator:
@@ -38,9 +40,15 @@ class HFGenerator:
     def __init__(self, model: Any, tokenizer: Any):
         self.model, self.tokenizer = model, tokenizer
 
-    def generate_texts(self, prompts: list[str], sampling: Sampling, num_samples: int = 1) -> list[list[str]]:
+    def generate_texts(self, prompts: list[str], sampling: SamplingConfig,
+                       num_samples: int = 1) -> list[list[str]]:
         import torch
 
+        banned = banned_token_ids(sampling)
+        if len(banned) != len(sampling.logit_bias or {}):
+            # generate has bad_words_ids for bans but no per-token additive bias: refuse rather than ignore it
+            raise ValueError("HFGenerator: logit_bias may only ban tokens (-inf); use the engine generator for "
+                             "finite biases")
         tok = self.tokenizer
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         eos_ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
@@ -63,7 +71,7 @@ class HFGenerator:
                         temperature=sampling.temperature if do_sample else None,
                         top_p=sampling.top_p if do_sample else None, top_k=0 if do_sample else None,
                         num_return_sequences=num_samples, pad_token_id=pad_id,
-                        bad_words_ids=[[i] for i in sampling.ban_token_ids] or None)  # [len(chunk)*num_samples, P+T]
+                        bad_words_ids=[[i] for i in banned] or None)  # [len(chunk)*num_samples, P+T]
                 new = ids[:, enc["input_ids"].shape[1]:].tolist()
                 texts = [tok.decode(self._until_eos(row, eos_ids, pad_id), skip_special_tokens=False) for row in new]
                 out += [texts[i * num_samples:(i + 1) * num_samples] for i in range(len(chunk))]
@@ -79,26 +87,6 @@ class HFGenerator:
         return [t for t in row if t != pad_id]
 
 
-def engine_generator(model: Any, tokenizer: Any, grammar: str = "parallel_r1") -> TextGenerator:
-    """``parathink.engine.Engine`` in causal mode (sequential samples), adapted to ``Sampling``."""
-    try:
-        from parathink.engine import Engine, SamplingConfig
-    except ImportError as e:
-        raise ImportError(f"teacher generator 'engine' needs parathink.engine ({e}); use generator=hf") from None
-
-    engine = Engine(model, tokenizer, grammar=grammar, mode="causal")
-
-    class _Adapter:
-        def generate_texts(self, prompts: list[str], sampling: Sampling, num_samples: int = 1) -> list[list[str]]:
-            cfg = SamplingConfig(temperature=sampling.temperature, top_p=sampling.top_p,
-                                 max_new_tokens=sampling.max_new_tokens, seed=sampling.seed,
-                                 batch_size=sampling.batch_size,
-                                 logit_bias={i: float("-inf") for i in sampling.ban_token_ids} or None)
-            return engine.generate_texts(prompts, cfg, num_samples=num_samples)
-
-    return _Adapter()
-
-
 def tag_token_ids(tokenizer) -> tuple[int, ...]:
     """Ids of every grammar's tags that are single tokens of ``tokenizer``."""
     from parathink.formats.tags import TAGS
@@ -111,5 +99,7 @@ def make_generator(kind: str, model: Any, tokenizer: Any, grammar: str = "parall
     if kind == "hf":
         return HFGenerator(model, tokenizer)
     if kind == "engine":
-        return engine_generator(model, tokenizer, grammar)
+        from parathink.engine import Engine
+
+        return Engine(model, tokenizer, grammar=grammar, mode="causal")  # sequential samples
     raise ValueError(f"teacher generator {kind!r} is unknown; expected hf or engine")

@@ -6,16 +6,21 @@ one (``build_prompt``); one response per problem.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from parathink.data.prompts import build_prompt, teacher_prompt
-from parathink.teacher.generators import Sampling, TextGenerator
+from parathink.teacher.generators import TextGenerator
+
+if TYPE_CHECKING:
+    from parathink.engine.sampling import SamplingConfig
 
 
 class HFTeacher:
     name = "hf"
 
-    def __init__(self, generator: TextGenerator, tokenizer, sampling: Sampling, grammar: str = "parallel_r1",
+    def __init__(self, generator: TextGenerator, tokenizer, sampling: SamplingConfig, grammar: str = "parallel_r1",
                  chunk: int = 64):
         self.generator, self.tokenizer, self.sampling = generator, tokenizer, sampling
         self.grammar, self.chunk = grammar, chunk
@@ -26,6 +31,6 @@ class HFTeacher:
             prompts = [build_prompt(teacher_prompt(p["problem"], self.grammar), self.tokenizer) for p in part]
             sampling = self.sampling
             if sampling.seed is not None:
-                sampling = Sampling(**{**sampling.__dict__, "seed": sampling.seed + c})
+                sampling = dataclasses.replace(sampling, seed=sampling.seed + c)
             for p, (text,) in zip(part, self.generator.generate_texts(prompts, sampling, num_samples=1)):
                 yield {**p, "response": text}

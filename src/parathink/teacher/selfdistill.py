@@ -18,14 +18,19 @@ Three choices shape the trace, each a config key of ``teacher.self``:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from parathink.data.prompts import build_prompt
 from parathink.grading import extract_answer
-from parathink.teacher.generators import Sampling, TextGenerator
+from parathink.teacher.generators import TextGenerator
 from parathink.teacher.traces import SUMMARIES, cut_after_boxed, fork_at_agreement, voted_trace
+
+if TYPE_CHECKING:
+    from parathink.engine.sampling import SamplingConfig
 
 FORKS = ("start", "agreed")
 PATH_COUNTS = ("all", "decided", "random")
@@ -65,7 +70,7 @@ class SelfTeacher:
 
     name = "self"
 
-    def __init__(self, generator: TextGenerator, tokenizer, sampling: Sampling, num_paths: int = 3,
+    def __init__(self, generator: TextGenerator, tokenizer, sampling: SamplingConfig, num_paths: int = 3,
                  chunk: int = 256, summary: str = "vote", grammar: str = "parallel_r1", fork: str = "start",
                  path_count: str = "all", min_paths: int = 2):
         if num_paths < 2:
@@ -88,7 +93,7 @@ class SelfTeacher:
             prompts = [build_prompt(p["problem"], self.tokenizer) for p in part]
             sampling = self.sampling
             if sampling.seed is not None:  # distinct, reproducible draws per chunk
-                sampling = Sampling(**{**sampling.__dict__, "seed": sampling.seed + c})
+                sampling = dataclasses.replace(sampling, seed=sampling.seed + c)
             samples = self.generator.generate_texts(prompts, sampling, num_samples=self.num_paths)
             for p, ss in zip(part, samples):
                 rng = random.Random(f"{sampling.seed}|{p['id']}")  # the same problem gets the same path count

@@ -97,7 +97,8 @@ def _sampling_teacher(t: TeacherConfig, cfg: DictConfig, ctx: StageContext):
     """The backends that sample a local model: ``self`` (its own samples voted on) and ``hf`` (zero-shot prompt)."""
     import torch
 
-    from parathink.teacher.generators import Sampling, make_generator, tag_token_ids
+    from parathink.engine import SamplingConfig
+    from parathink.teacher.generators import ban, make_generator, tag_token_ids
 
     sec = t.backend_config
     if sec.num_threads:
@@ -108,8 +109,8 @@ def _sampling_teacher(t: TeacherConfig, cfg: DictConfig, ctx: StageContext):
     is_self = t.backend == "self"
     generator = make_generator(sec.generator if is_self else "hf", model, tok, t.grammar)
     banned = tag_token_ids(tok) if is_self and sec.ban_tags else ()
-    sampling = Sampling(temperature=sec.temperature, top_p=sec.top_p, max_new_tokens=sec.max_new_tokens,
-                        seed=int(cfg.seed), batch_size=sec.batch_size, ban_token_ids=banned)
+    sampling = SamplingConfig(temperature=sec.temperature, top_p=sec.top_p, max_new_tokens=sec.max_new_tokens,
+                              seed=int(cfg.seed), batch_size=sec.batch_size, logit_bias=ban(banned))
     if is_self:
         from parathink.teacher.selfdistill import SelfTeacher
 
