@@ -1,8 +1,9 @@
 """Evaluate one model on one problem set: sample k responses per problem, grade, score the format.
 
-The sampler is any ``TextGenerator``: ``(prompts, num_samples) -> list[list[str]]`` (prompt-major), which
-is ``Engine.generate_texts`` with its sampling settings bound. Keeping it a plain callable lets tests score
-hand-written responses through exactly the same code as the eval stage.
+The sampler is any ``BoundSampler``: ``(prompts, num_samples) -> list[list[str]]`` (prompt-major), which
+is a text generator (``Engine.generate_texts``) with its sampling settings bound (``evaluation.generators.bind``).
+Keeping it a plain callable lets tests score hand-written responses through exactly the same code as the eval
+stage.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from parathink.formats import parse
 from parathink.formats.metrics import paths_histogram, relative_position, summarize
 from parathink.grading import grade
 
-TextGenerator = Callable[[Sequence[str], int], list[list[str]]]
+BoundSampler = Callable[[Sequence[str], int], list[list[str]]]
 
 
 def path_verdicts(trace, gold: str) -> list[tuple[str | None, bool]]:
@@ -97,7 +98,7 @@ def summarize_set(problems: Sequence[dict], k: int, grammar: str) -> SetRow:
     }
 
 
-def evaluate_set(records: Sequence[dict], generate: TextGenerator, k: int, *, grammar: str = "parallel_r1",
+def evaluate_set(records: Sequence[dict], generate: BoundSampler, k: int, *, grammar: str = "parallel_r1",
                  tokenizer: Any = None, batch_problems: int = 64, progress=None) -> tuple[list[dict], dict]:
     """(per-problem records, summary row) for ``records`` with ``k`` samples each; the row's ``seconds_per_sample``
     is the wall time spent generating over the samples drawn (scoring excluded)."""

@@ -1,23 +1,22 @@
 """Text generators the model-based teachers sample through.
 
-A generator is anything with ``generate_texts(prompts, sampling, num_samples) -> list[list[str]]`` (prompt-major:
-``out[i]`` holds the ``num_samples`` responses to ``prompts[i]``), with ``sampling`` a
-``parathink.engine.SamplingConfig``: the contract ``parathink.engine.Engine`` offers itself. ``HFGenerator`` runs
-``transformers.generate`` behind the same contract. The teachers never care which one they got.
+A generator is a ``parathink.engine.texts.TextGenerator`` (``generate_texts(prompts, sampling, num_samples)``,
+prompt-major, ``sampling`` a ``SamplingConfig``): the contract ``parathink.engine.Engine`` offers itself.
+``HFGenerator`` runs ``transformers.generate`` behind the same contract. The teachers never care which one they
+got.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from parathink.engine.texts import TextGenerator
 
 if TYPE_CHECKING:  # the module itself stays torch-free until a generator samples
     from parathink.engine.sampling import SamplingConfig
 
-
-class TextGenerator(Protocol):
-    def generate_texts(self, prompts: list[str], sampling: SamplingConfig,
-                       num_samples: int = 1) -> list[list[str]]: ...
+__all__ = ["HFGenerator", "TextGenerator", "ban", "banned_token_ids", "make_generator", "tag_token_ids"]
 
 
 def banned_token_ids(sampling: SamplingConfig) -> list[int]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from parathink.data.prompts import build_prompt, teacher_prompt
-from parathink.teacher.generators import TextGenerator
+from parathink.engine.texts import TextGenerator
 
 if TYPE_CHECKING:
     from parathink.engine.sampling import SamplingConfig

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from parathink.data.prompts import build_prompt
+from parathink.engine.texts import TextGenerator
 from parathink.grading import extract_answer
-from parathink.teacher.generators import TextGenerator
 from parathink.teacher.traces import SUMMARIES, cut_after_boxed, fork_at_agreement, voted_trace
 
 if TYPE_CHECKING:
