@@ -33,6 +33,16 @@ class Sampling:
     max_new_tokens: int = tokens(320)  # response budget, every path counted; 3 hard paths and a summary: <= ~290
 
 
+def sampling_config(sampling: Any, *, batch_size: int, seed: int):
+    """The engine's ``SamplingConfig`` for an ``eval.sampling`` section (a ``Sampling`` or the composed config's
+    node): the one place the section's fields become runtime settings, for the eval stage and the promotion gate.
+    The import waits for the call so that reading the config stays torch-free."""
+    from parathink.engine.sampling import SamplingConfig
+
+    return SamplingConfig(temperature=sampling.temperature, top_p=sampling.top_p,
+                          max_new_tokens=sampling.max_new_tokens, batch_size=batch_size, seed=seed)
+
+
 def _tiny_sets() -> dict[str, Any]:
     return {"easy": {"source": "synthetic", "level": "easy", "split": "test", "n": 200, "k": 8},
             "hard": {"source": "synthetic", "level": "hard", "split": "test", "n": 200, "k": 8}}

@@ -32,12 +32,9 @@ def bind(generator: TextGenerator, sampling: SamplingConfig) -> BoundSampler:
 
 
 def engine_generator(model: Any, tokenizer: Any, *, grammar: str, mode: str, num_paths: int,
-                     temperature: float, top_p: float, max_new_tokens: int, batch_size: int,
-                     seed: int, kv_cache_bytes: int | None = None) -> tuple[BoundSampler, str]:
-    """(sampler, name of the backend used)."""
-    from parathink.engine import Engine, SamplingConfig
+                     sampling: SamplingConfig, kv_cache_bytes: int | None = None) -> tuple[BoundSampler, str]:
+    """(sampler, name of the backend used): an ``Engine`` bound to ``sampling``."""
+    from parathink.engine import Engine
 
     engine = Engine(model, tokenizer, grammar=grammar, mode=mode, num_paths=num_paths, kv_cache_bytes=kv_cache_bytes)
-    sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                              batch_size=batch_size, seed=seed)
     return bind(engine, sampling), f"engine:{mode}"

@@ -78,6 +78,7 @@ def sample(model_dir: Path | str, spec: ProbeSpec, grammar: str, seed: int) -> d
 
     from parathink import distributed
     from parathink.data.sources import load_problems
+    from parathink.engine import SamplingConfig
     from parathink.evaluation.evaluate import evaluate_set
     from parathink.evaluation.generators import engine_generator
     from parathink.modeling import load_model
@@ -89,10 +90,10 @@ def sample(model_dir: Path | str, spec: ProbeSpec, grammar: str, seed: int) -> d
     # On a GPU the engine's KV cache is the probe's kv_cache part of the plan (memory_model.probe_budget): without
     # a budget it would allocate every row at its longest (64 x 4 rows of 5,000 tokens of Qwen3-4B: ~117 GB)
     kv_bytes = probe_kv_bytes(spec, model.config.to_dict(), str(model.dtype), distributed.device_memory())
+    sampling = SamplingConfig(temperature=spec.temperature, top_p=spec.top_p, max_new_tokens=spec.max_new_tokens,
+                              batch_size=spec.batch_size, seed=seed)
     generate, _ = engine_generator(model, tok, grammar=grammar, mode=spec.mode, num_paths=spec.num_paths,
-                                   temperature=spec.temperature, top_p=spec.top_p,
-                                   max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size, seed=seed,
-                                   kv_cache_bytes=kv_bytes)
+                                   sampling=sampling, kv_cache_bytes=kv_bytes)
     _, summary = evaluate_set(records, generate, spec.k, grammar=grammar, tokenizer=tok,
                               batch_problems=len(records))
     del model, generate

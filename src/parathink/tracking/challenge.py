@@ -30,7 +30,7 @@ def sample_model(cfg: DictConfig, model_dir: Path, stage: str, rule: PromoteConf
     import torch
 
     from parathink import distributed
-    from parathink.config.eval import stage_mode
+    from parathink.config.eval import sampling_config, stage_mode
     from parathink.evaluation.evaluate import evaluate_set
     from parathink.evaluation.generators import engine_generator
     from parathink.evaluation.paired import per_problem
@@ -53,8 +53,8 @@ def sample_model(cfg: DictConfig, model_dir: Path, stage: str, rule: PromoteConf
         records = records[:rule.problems]
         generate, _backend = engine_generator(
             model, tok, grammar=grammar, mode=stage_mode(cfg, stage), num_paths=e.num_paths,
-            temperature=e.sampling.temperature, top_p=e.sampling.top_p, max_new_tokens=e.sampling.max_new_tokens,
-            batch_size=e.batch_size, seed=seed * 1000 + i)  # the same seed for both models: common random numbers
+            # the same seed for both models: common random numbers
+            sampling=sampling_config(e.sampling, batch_size=e.batch_size, seed=seed * 1000 + i))
         problems, _ = evaluate_set(records, generate, rule.k, grammar=grammar, tokenizer=tok,
                                    batch_problems=e.batch_problems)
         out[name] = per_problem(problems, rule.k, grammar)

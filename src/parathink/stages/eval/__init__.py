@@ -75,6 +75,7 @@ class _Sampler:
     def __call__(self, paths: int, seed: int) -> tuple:
         import torch
 
+        from parathink.config.eval import sampling_config
         from parathink.evaluation.generators import engine_generator
         from parathink.modeling import load_model
         from parathink.placement.memory_model import engine_kv_bytes
@@ -88,8 +89,7 @@ class _Sampler:
         if paths not in self.generators:
             self.generators[paths] = engine_generator(
                 self.model, self.tokenizer, grammar=str(self.cfg.format), mode=stage_mode(self.cfg, self.stage),
-                num_paths=paths, temperature=e.sampling.temperature, top_p=e.sampling.top_p,
-                max_new_tokens=e.sampling.max_new_tokens, batch_size=e.batch_size, seed=seed,
+                num_paths=paths, sampling=sampling_config(e.sampling, batch_size=e.batch_size, seed=seed),
                 kv_cache_bytes=engine_kv_bytes(e, "eval", self.model.config.to_dict(), str(self.cfg.model.dtype),
                                                distributed.device_memory(), kind="eval"))
         return self.generators[paths]
