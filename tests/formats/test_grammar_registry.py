@@ -136,9 +136,9 @@ def test_its_layout_and_fork_rules_come_from_the_entry(toy):
 
 
 def test_a_numbered_grammar_that_opens_the_response_is_capped_and_forks_at_start_only():
+    from parathink.config.teacher import TeacherConfig
     from parathink.engine.core import Engine
     from parathink.errors import ConfigError
-    from parathink.config.teacher import TeacherConfig
 
     class NoTags:  # a tokenizer without the tags: causal sampling, so the cap is the only check before the model
         unk_token_id = 0
