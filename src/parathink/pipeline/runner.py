@@ -404,14 +404,14 @@ def _run_and_publish(cfg: DictConfig, name: str, stage: StageSpec, rundir: RunDi
         # The gate judges the finished output before it is published, so the verdict is published with it; an
         # output whose gate fails (or cannot be evaluated) is still published, for inspection, and never consumed.
         manifest.gates, gate_error = gating.evaluate(cfg, name, stage, tmp, tmp / GATES, manifest, rundir)
-    timings.write(tmp, device_memory=device_peak.record(_device_estimate(cfg, name)))
+    timings.write(tmp, device_memory=device_peak.record(_device_estimate(cfg, name, stage.role)))
     lock.check()  # a lease lost while the stage ran (taken over, broken): another process owns the output now
     return rundir.publish(name, tmp, manifest), gate_error
 
 
-def _device_estimate(cfg: DictConfig, name: str) -> int | None:
+def _device_estimate(cfg: DictConfig, name: str, role: StageRole) -> int | None:
     """The bytes ``parathink plan`` estimated for this stage on this placement (None: it holds no model)."""
-    memory_plan = cluster.plan(cfg, stage_roles(cfg, [name]))[name].device_memory
+    memory_plan = cluster.plan(cfg, {name: role})[name].device_memory
     return None if memory_plan is None else memory_plan.get("estimate_bytes")
 
 
@@ -568,9 +568,9 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
     """
     from parathink.placement import cluster, podspec
 
-    validate(cfg, names)
+    specs = validate(cfg, names)  # each stage loaded once: its role is read off the spec validate loaded
     names = [n for n in names if cfg[n].get("enabled", True)]
-    placements = cluster.plan(cfg, stage_roles(cfg, names))
+    placements = cluster.plan(cfg, {n: specs[n].role for n in names})
     t = cfg.get("tracking") or {}
     return {
         "experiment": str(cfg.experiment_name),
