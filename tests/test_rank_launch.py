@@ -58,7 +58,11 @@ def test_one_gpu_or_a_cpu_placement_runs_the_stage_in_this_process(tmp_path, ext
     assert launch._stage_launch("par", par_stage(tmp_path, *extra)) == expected
 
 
-@pytest.mark.parametrize("codes, code", [({0: 3, 1: 1}, 3), ({1: 2}, 2), ({1: 1, 0: -15}, 143), ({2: 0, 3: 1}, 1)])
+@pytest.mark.parametrize("codes, code", [
+    ({0: 3, 1: 1}, 3), ({1: 2}, 2), ({2: 0, 3: 1}, 1), ({0: -9, 1: 1}, 137),
+    # a rank the agent stopped (SIGTERM) after another failed is not the cause; alone, it is the code
+    ({1: 1, 0: -15}, 1), ({0: 143, 1: 2}, 2), ({0: 143, 1: -15}, 143), ({1: -15}, 143),
+])
 def test_rank_0s_code_wins_then_the_lowest_failed_rank(codes, code):
     assert launch.rank_exit_code(codes) == code
 

@@ -73,9 +73,15 @@ def run_launch(argv: list[str], overrides: list[str]) -> int:
 def rank_exit_code(codes: dict[int, int]) -> int:
     """The launch's exit code from its failed ranks' codes: rank 0's (it decides and publishes, so its code says
     what happened: 2 bad input, 3 a gate failed), else the lowest failed rank's; a rank ended by signal N as a
-    shell reports it (128 + N)."""
-    rank = 0 if 0 in codes else min(codes)
-    code = codes[rank]
+    shell reports it (128 + N).
+
+    A rank that ended on SIGTERM (-15, or 143 from parathink's own handler) is passed over while another rank
+    failed otherwise: torchrun's agent stops the ranks still running with SIGTERM once one fails, so rank 0 may
+    have been stopped before it could fail the same way (both refuse a bad config; CI saw rank 1's 2 reported as
+    rank 0's 143, which the orchestrators would have retried)."""
+    failed = {rank: code for rank, code in codes.items() if code not in (-15, 143)} or codes
+    rank = 0 if 0 in failed else min(failed)
+    code = failed[rank]
     return 128 - code if code < 0 else code or exits.EXIT_ERROR
 
 
