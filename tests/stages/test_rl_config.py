@@ -44,6 +44,7 @@ def test_schedules_and_modes_per_stage():
     ("rl_easy.problems.level=medium", "rl_easy.problems.level"),
     ("rl_hard.problems.split=test", "rl_hard.problems.split"),
     ("rl_hard.old_logprobs=vllm", "rl_hard.old_logprobs"),
+    ("rl_hard.rollout.backend=sglang", "rl_hard.rollout.backend"),
 ])
 def test_bad_values_fail_in_validate_naming_the_key(override, key):
     stage = key.split(".")[0]
@@ -61,6 +62,33 @@ def test_a_misspelt_key_or_a_wrong_type_fails_while_composing(override, words, c
     assert main_stage("rl_hard", ["tracking=none", override]) == 2
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and all(w in line for w in words), line
+
+
+def test_plan_refuses_vllm_rollouts_for_a_structured_stage_in_one_line(capsys):
+    """vLLM samples one causal stream: a structured experiment's rl_hard (path-private attention, restarted
+    positions) cannot take it; `parathink plan` says so before anything runs, exit 2."""
+    from parathink.cli import main
+
+    assert main(["plan", "experiment=parallel_r1_unseen_s1", "rl_hard.rollout.backend=vllm"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("parathink: error: rl_hard.rollout.backend=vllm: rl_hard.mode='structured' needs the "
+                           "native engine"), line
+
+
+@pytest.mark.parametrize("overrides, ok", [
+    (["grpo_baseline.rollout.backend=vllm"], True),  # old_logprobs auto: recomputed
+    (["grpo_baseline.rollout.backend=vllm", "grpo_baseline.old_logprobs=recompute"], True),
+    (["grpo_baseline.rollout.backend=vllm", "grpo_baseline.old_logprobs=engine"], False),
+    (["grpo_baseline.rollout.backend=vllm", "grpo_baseline.repetition_penalty_in_paths=1.02"], False),
+])
+def test_vllm_rollouts_recompute_the_old_log_probs(overrides, ok):
+    cfg = _cfg(overrides)
+    if ok:
+        assert rl_config(cfg, "grpo_baseline").recompute_old_logprobs
+    else:
+        with pytest.raises(ConfigError, match=r"grpo_baseline\.rollout\.backend=vllm: "):
+            rl_config(cfg, "grpo_baseline")
+    assert not rl_config(_cfg(), "grpo_baseline").recompute_old_logprobs  # native, auto: the engine's own
 
 
 def test_on_policy_loss_refuses_several_passes():

