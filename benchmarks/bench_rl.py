@@ -104,9 +104,10 @@ def time_trl(ckpt: Path, args, work: Path) -> dict:
             "wall_s": time.perf_counter() - t0}
 
 
-def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine") -> dict:
+def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine", backend: str = "native") -> dict:
     from omegaconf import OmegaConf
 
+    from parathink.config.rl import RolloutConfig
     from parathink.modeling import load_tokenizer
     from parathink.rundir import timings
     from parathink.stages.context import StageContext
@@ -121,16 +122,25 @@ def time_ours(ckpt: Path, args, work: Path, old_logprobs: str = "engine") -> dic
                    token_budget=longest + args.new_tokens, temperature=1.0, top_p=1.0, advantage="group_std",
                    policy_loss="clipped", loss_agg="token_mean", kl_coef=0.0, updates_per_step=1,
                    micro_batch_size=args.prompts * args.group, lr=args.lr, checkpoint_every=10_000,
-                   rollout_batch_size=128, eps_high=0.2, old_logprobs=old_logprobs)
-    ctx = StageContext.standalone("bench_rl", work / f"ours_{old_logprobs}")
+                   rollout_batch_size=128, eps_high=0.2, old_logprobs=old_logprobs,
+                   rollout=RolloutConfig(backend=backend))
+    ctx = StageContext.standalone("bench_rl", work / f"ours_{old_logprobs}_{backend}")
     train(cfg, ctx, ckpt, stage="bench", grammar="parallel_r1", model_cfg=OmegaConf.create({"dtype": "float32"}))
     rows = [json.loads(line) for line in (ctx.out_dir / "metrics.jsonl").read_text().splitlines()][1:]
     timed = timings.read(ctx.out_dir)["steps"][1:]  # the steps' times: published beside metrics.jsonl
     per_step = [r["rollout_s"] + r["update_s"] for r in timed]
-    return {"s_per_step": statistics.median(per_step), "steps": per_step,
-            "mean_length": [r["response_length"] for r in rows],
-            "rollout_s": statistics.median(r["rollout_s"] for r in timed),
-            "update_s": statistics.median(r["update_s"] for r in timed)}
+    out = {"s_per_step": statistics.median(per_step), "steps": per_step,
+           "mean_length": [r["response_length"] for r in rows],
+           "rollout_s": statistics.median(r["rollout_s"] for r in timed),
+           "update_s": statistics.median(r["update_s"] for r in timed),
+           "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed)}
+    if any("weight_sync_s" in r for r in timed):
+        out["weight_sync_s"] = statistics.median(r["weight_sync_s"] for r in timed)
+    gaps = [r for r in rows if r.get("old_logprob_drift") is not None]
+    if gaps:
+        out["logprob_gap_mean"] = statistics.median(r["old_logprob_drift"] for r in gaps)
+        out["logprob_gap_max"] = max(r["logprob_gap_max"] for r in gaps)
+    return out
 
 
 def main() -> None:

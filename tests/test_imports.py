@@ -245,7 +245,7 @@ def test_the_name_check_sees_a_renamed_function(tmp_path):
 # The layers below the pipeline (docs/design.md, "Where things live"): they may import each other and the config and
 # run-directory layers, never the stages or the pipeline that chains them (an import inside a function counts).
 LOWER = ("engine", "modeling", "training", "evaluation", "quality", "tracking", "storage", "teacher", "data",
-         "rewards", "grading", "formats", "config", "rundir", "placement")
+         "rewards", "grading", "formats", "config", "rundir", "placement", "vllm_rollout", "vllm_venv")
 UPPER = ("parathink.stages", "parathink.pipeline")
 
 
