@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parathink.config.fields import at_least, probability_mass, tokens, within
+from parathink.config.rollout import RolloutBackend
 from parathink.config.thresholds import EvalThresholds
 from parathink.errors import ConfigError
 from parathink.evaluation.sets import SET_KEYS
@@ -66,6 +67,8 @@ class EvalConfig:
     gpu_memory_utilization: float = within(0, 1, 0.9, open_low=True)
     batch_problems: int = at_least(1, 64)  # problems handed to the sampler per call (progress granularity vs batching)
     sampling: Sampling = field(default_factory=Sampling)
+    # Which engine samples (native | vllm: causal modes only); the gates' probes follow it (sft.gate.probe.backend)
+    rollout: RolloutBackend = field(default_factory=RolloutBackend)
     # A benchmark file the experiment's sets point at (``uri: ${eval.benchmarks}``; parallel_r1_seen); null = none.
     benchmarks: str | None = None
     # Test sets: name -> any problem source of parathink.data.sources.load_problems plus `k` (samples per problem).
@@ -81,6 +84,7 @@ class EvalConfig:
         """Build and check the ``eval`` section (resolved, as plain data)."""
         values = dict(node)
         values["sampling"] = Sampling(**dict(values.get("sampling") or {}))
+        values["rollout"] = RolloutBackend.build(values.get("rollout"), "eval.rollout")
         cfg = cls(**values)
         cfg.check()
         return cfg
@@ -91,6 +95,8 @@ class EvalConfig:
             if mode not in MODES:
                 where = "" if stage == "*" else f"_by_stage.{stage}"
                 raise ConfigError(f"eval.mode{where}: {mode!r} not in {MODES}")
+        self.rollout.check("eval.rollout", [("eval.mode", self.mode)] + [
+            (f"eval.mode_by_stage.{stage}", mode) for stage, mode in self.mode_by_stage.items()])
         for n in [self.num_paths, *self.path_counts]:
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARATHINKER_PATHS:
                 raise ConfigError(f"eval.num_paths / eval.path_counts: {n!r} is not a path count in "

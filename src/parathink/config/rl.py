@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from parathink.config.fields import at_least, within
+from parathink.config.rollout import RolloutBackend
 from parathink.config.thresholds import RLThresholds
 from parathink.errors import ConfigError
 from parathink.training.optim_config import with_betas
@@ -39,23 +40,15 @@ def _hard_problems() -> dict[str, Any]:
     return {"source": "synthetic", "level": "hard", "split": "train", "n": 20000, "uri": None, "limit": None}
 
 
-ROLLOUT_BACKENDS = ("native", "vllm")
-
-
 @dataclass(frozen=True)
-class RolloutConfig:
-    """Which engine samples the rollouts (``<stage>.rollout``; parathink.vllm_rollout says how vLLM is colocated)."""
+class RolloutConfig(RolloutBackend):
+    """Which engine samples the rollouts (``<stage>.rollout``; parathink.vllm_rollout says how vLLM is colocated).
+    vllm recomputes the old log-probs (old_logprobs: auto or recompute)."""
 
-    # native: parathink's engine (every mode; its log-probs are the training forward's in fp32) | vllm: a vLLM engine
-    # per trainer process, weights loaded after every optimiser step (causal mode only: the structured layouts need
-    # the native engine). vllm recomputes the old log-probs (old_logprobs: auto or recompute).
-    backend: str = "native"
     # Truncated importance sampling (vllm only): each token's loss is weighted by min(pi_train / pi_rollout, tis_cap)
     # of the sampling-time policy, correcting for vLLM's forward not being the trainer's; 0 = off.
     tis_cap: float = at_least(0, 2.0)
     gap_threshold: float = at_least(0, 0.1)  # nats: the logged share of tokens whose rollout/training gap exceeds it
-    enforce_eager: bool = True  # vllm: no CUDA graphs (they are captured again after each weight load otherwise)
-    prefix_caching: bool = True  # vllm: the group's rollouts share their prompt's KV
 
 
 @dataclass(frozen=True)
@@ -184,12 +177,7 @@ class RLConfig:
         values = dict(node)
         if "problems" in values:
             values["problems"] = dict(values["problems"])
-        if isinstance(values.get("rollout"), Mapping):
-            rollout = dict(values["rollout"])
-            unknown = sorted(set(rollout) - {f.name for f in fields(RolloutConfig)})
-            if unknown:
-                raise ConfigError(f"{stage}.rollout.{unknown[0]}: unknown rollout setting")
-            values["rollout"] = RolloutConfig(**rollout)
+        values["rollout"] = RolloutConfig.build(values.get("rollout"), f"{stage}.rollout")
         with_betas(values)
         cfg = cls(**values)
         cfg.check(stage)
@@ -251,15 +239,9 @@ class RLConfig:
     def _check_rollout(self, stage: str) -> None:
         """vLLM samples one causal stream per rollout: a structured mode, or old log-probs taken from its own
         forward, cannot work with it (one line each, before any model loads)."""
-        r = self.rollout
-        if r.backend not in ROLLOUT_BACKENDS:
-            raise ConfigError(f"{stage}.rollout.backend={r.backend!r}: expected one of {ROLLOUT_BACKENDS}")
-        if r.backend != "vllm":
+        self.rollout.check(f"{stage}.rollout", [(f"{stage}.mode", self.mode)])
+        if self.rollout.backend != "vllm":
             return
-        if self.mode != "causal":
-            raise ConfigError(f"{stage}.rollout.backend=vllm: {stage}.mode={self.mode!r} needs the native engine (vLLM "
-                              f"cannot fork paths with private attention and restarted positions); use "
-                              f"{stage}.rollout.backend=native, or mode=causal")
         if self.old_logprobs == "engine":
             raise ConfigError(f"{stage}.rollout.backend=vllm: needs {stage}.old_logprobs=recompute or auto (vLLM's "
                               f"log-probs are not the training forward's; the ratio must start from the trainer's own)")

@@ -34,7 +34,7 @@ import torch
 
 from parathink.engine.cache import RowCache
 from parathink.engine.decode import EagerDecode, StaticDecode
-from parathink.engine.grammar import ForkGrammar, fork_grammar
+from parathink.engine.grammar import ForkGrammar, eos_ids, stream_rule
 from parathink.engine.kv_budget import (
     BLOCK_TOKENS,
     PREFILL_TOKENS,
@@ -164,21 +164,14 @@ class Engine:
         self.stats: dict = {}  # of the last generate call (``_Run.stats``)
         self.model, self.tokenizer, self.grammar, self.mode = model, tokenizer, grammar, mode
         self.num_paths, self.min_fork_budget = num_paths, min_fork_budget
-        try:
-            self.tags: TagIds | None = TagIds.from_tokenizer(tokenizer, grammar)
-        except ValueError:
-            if mode == "structured":
-                raise
-            self.tags = None  # causal sampling of a model without tags: nothing to fork or close
         # An unknown grammar is no error here: causal sampling of a model without tags needs none.
         most = getattr(GRAMMAR_REGISTRY.get(grammar), "max_paths", None)
         if most is not None and num_paths > most:
             raise ValueError(f"{grammar} has tags for at most {most} paths, asked {num_paths}")
-        self.g: ForkGrammar | None = None if self.tags is None else fork_grammar(self.tags, tokenizer, num_paths)
-        eos = {tokenizer.eos_token_id}
-        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
-        self.eos = sorted(e for e in eos if e is not None)
+        self.tags: TagIds | None
+        self.g: ForkGrammar | None
+        self.tags, self.g = stream_rule(tokenizer, grammar, num_paths, mode)
+        self.eos = eos_ids(tokenizer, getattr(getattr(model, "generation_config", None), "eos_token_id", None))
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos[0]
         self.runner = make_runner(model, backend)
         if decode == "static" and not self.runner.static:

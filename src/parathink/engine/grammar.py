@@ -54,3 +54,23 @@ def fork_grammar(tags: TagIds, tokenizer, max_paths: int) -> ForkGrammar:
                        frozenset({ids[g.summary_open]}), ids[g.summary_close],
                        plan=ids[g.plan] if g.has_plans else None,
                        guideline=ids[g.plans_open] if g.has_plans else None)
+
+
+def stream_rule(tokenizer, grammar: str, num_paths: int,
+                mode: str = "causal") -> tuple[TagIds | None, ForkGrammar | None]:
+    """(tag ids, fork rules) a sampler of ``grammar`` applies; (None, None) for causal sampling of a model whose
+    tokenizer lacks the grammar's tags (nothing to fork or close). A structured sampler needs the tags."""
+    try:
+        tags = TagIds.from_tokenizer(tokenizer, grammar)
+    except ValueError:
+        if mode == "structured":
+            raise
+        return None, None
+    return tags, fork_grammar(tags, tokenizer, num_paths)
+
+
+def eos_ids(tokenizer, generation_eos) -> list[int]:
+    """The ids that end a response: the tokenizer's EOS and the generation config's (one id or a list)."""
+    eos = {tokenizer.eos_token_id}
+    eos |= set(generation_eos) if isinstance(generation_eos, (list, tuple)) else {generation_eos}
+    return sorted(e for e in eos if e is not None)

@@ -1,4 +1,5 @@
-"""Samplers for evaluation: ``parathink.engine`` (causal or structured), bound into a ``BoundSampler``.
+"""Samplers for evaluation: ``parathink.engine`` (causal or structured) or vLLM (causal; ``eval.rollout.backend``),
+bound into a ``BoundSampler``.
 
 The engine decides how a block is decoded: ``structured`` forks the paths under the layout the Unseen
 models were trained with, ``causal`` writes them one after another (Seen). ``bind`` turns any text generator
@@ -38,3 +39,35 @@ def engine_generator(model: Any, tokenizer: Any, *, grammar: str, mode: str, num
 
     engine = Engine(model, tokenizer, grammar=grammar, mode=mode, num_paths=num_paths, kv_cache_bytes=kv_cache_bytes)
     return bind(engine, sampling), f"engine:{mode}"
+
+
+def vllm_generator(model_dir, tokenizer, *, grammar: str, num_paths: int, sampling: SamplingConfig, dtype: str,
+                   kv_cache_bytes: int | None, seed: int = 0) -> tuple[BoundSampler, str, Any]:
+    """(sampler, name of the backend, the engine to ``close()``): vLLM colocated in its own venv
+    (``parathink.vllm_rollout``), sampling ``model_dir`` causally under the native engine's budget rule. Its KV cache
+    is ``kv_cache_bytes`` (the memory model's, on a GPU) or, on a CPU, every row of a call at the model's
+    length."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from parathink.engine.grammar import eos_ids, stream_rule
+    from parathink.engine.kv_budget import model_kv_bytes_per_token
+    from parathink.vllm_rollout import VLLMRollout
+    from parathink.vllm_venv import vllm_python
+
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    generation = Path(model_dir) / "generation_config.json"
+    gen_eos = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id") if generation.exists() else None
+    tags, g = stream_rule(tokenizer, grammar, num_paths)
+    max_len = int(config.get("max_position_embeddings") or 4096)
+    rows = max(1, sampling.batch_size)
+    if kv_cache_bytes is None:
+        # on a CPU: every row of a call with its response and a prompt of up to 256 tokens, at least one longest row
+        kv_cache_bytes = max(rows * (sampling.max_new_tokens + 256), max_len) * model_kv_bytes_per_token(config, dtype)
+    rollout = VLLMRollout(model_dir, tokenizer, tags=tags, g=g, eos=eos_ids(tokenizer, gen_eos),
+                          python=vllm_python("eval.rollout.backend=vllm"), seed=seed, dtype=str(dtype),
+                          max_model_len=max_len, kv_cache_bytes=kv_cache_bytes, max_rows=rows,
+                          cpu=not torch.cuda.is_available())
+    return bind(rollout, sampling), "vllm:causal", rollout

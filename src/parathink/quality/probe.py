@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from parathink.config.rollout import RolloutBackend
 from parathink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class ProbeSpec:
     top_p: float
     max_new_tokens: int
     batch_size: int
+    backend: str = "native"  # which engine samples: native | vllm (eval.rollout.backend's, causal mode only)
 
     @classmethod
     def from_cfg(cls, node: Mapping[str, Any], where: str) -> ProbeSpec:
@@ -41,7 +43,7 @@ class ProbeSpec:
             spec = cls(problems=dict(node["problems"]), k=int(node["k"]), mode=str(node["mode"]),
                        num_paths=int(node["num_paths"]), temperature=float(node["temperature"]),
                        top_p=float(node["top_p"]), max_new_tokens=int(node["max_new_tokens"]),
-                       batch_size=int(node["batch_size"]))
+                       batch_size=int(node["batch_size"]), backend=str(node.get("backend", "native")))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{where}: {err} (needs problems, k, mode, num_paths, temperature, top_p, "
                               f"max_new_tokens, batch_size)") from None
@@ -49,6 +51,7 @@ class ProbeSpec:
             raise ConfigError(f"{where}: k, max_new_tokens and batch_size must be >= 1")
         if spec.mode not in ("structured", "causal"):
             raise ConfigError(f"{where}.mode: {spec.mode!r} is not structured or causal")
+        RolloutBackend(backend=spec.backend).check(where, [(f"{where}.mode", spec.mode)])
         if spec.problems.get("source") == "synthetic":
             from parathink.data import synthetic
 
@@ -86,12 +89,14 @@ def sample(model_dir: Path | str, spec: ProbeSpec, grammar: str, seed: int) -> d
 
     records = load_problems(spec.problems, seed=seed)
     torch.manual_seed(seed)
+    sampling = SamplingConfig(temperature=spec.temperature, top_p=spec.top_p, max_new_tokens=spec.max_new_tokens,
+                              batch_size=spec.batch_size, seed=seed)
+    if spec.backend == "vllm":
+        return _sample_with_vllm(Path(model_dir), spec, grammar, sampling, records)
     model, tok = load_model(model_dir, device=distributed.device())
     # On a GPU the engine's KV cache is the probe's kv_cache part of the plan (memory_model.probe_budget): without
     # a budget it would allocate every row at its longest (64 x 4 rows of 5,000 tokens of Qwen3-4B: ~117 GB)
     kv_bytes = probe_kv_bytes(spec, model.config.to_dict(), str(model.dtype), distributed.device_memory())
-    sampling = SamplingConfig(temperature=spec.temperature, top_p=spec.top_p, max_new_tokens=spec.max_new_tokens,
-                              batch_size=spec.batch_size, seed=seed)
     generate, _ = engine_generator(model, tok, grammar=grammar, mode=spec.mode, num_paths=spec.num_paths,
                                    sampling=sampling, kv_cache_bytes=kv_bytes)
     _, summary = evaluate_set(records, generate, spec.k, grammar=grammar, tokenizer=tok,
@@ -99,6 +104,30 @@ def sample(model_dir: Path | str, spec: ProbeSpec, grammar: str, seed: int) -> d
     del model, generate
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the next stage may start a process of its own (the vLLM teacher after base's gate)
+    return {key: float(summary[key]) for key in FIGURES}
+
+
+def _sample_with_vllm(model_dir: Path, spec: ProbeSpec, grammar: str, sampling, records: list) -> dict[str, float]:
+    """``sample`` through vLLM colocated in its own venv (``spec.backend=vllm``): the model folder as published, in
+    its saved dtype, the KV cache the plan gave the probe (on a GPU)."""
+    from parathink import distributed
+    from parathink.evaluation.evaluate import evaluate_set
+    from parathink.evaluation.generators import vllm_generator
+    from parathink.modeling import load_tokenizer
+    from parathink.placement.memory_model import probe_kv_bytes
+
+    tok = load_tokenizer(model_dir)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    generate, _, engine = vllm_generator(model_dir, tok, grammar=grammar, num_paths=spec.num_paths,
+                                         sampling=sampling, dtype=dtype, seed=sampling.seed,
+                                         kv_cache_bytes=probe_kv_bytes(spec, config, dtype,
+                                                                       distributed.device_memory()))
+    try:
+        _, summary = evaluate_set(records, generate, spec.k, grammar=grammar, tokenizer=tok,
+                                  batch_problems=len(records))
+    finally:
+        engine.close()
     return {key: float(summary[key]) for key in FIGURES}
 
 

