@@ -224,3 +224,27 @@ def test_vllm_gives_the_native_engines_format_metrics_within_sampling_noise(tmp_
     for key in ("valid", "parallel", "position"):
         (a, sa), (b, sb) = mean_se(figures["native"][key]), mean_se(figures["vllm"][key])
         assert abs(a - b) <= 4 * math.sqrt(sa ** 2 + sb ** 2) + 1e-9, (key, a, b, sa, sb)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_eval_stage_and_the_base_gates_probe_sample_with_vllm(tmp_path):
+    """eval.rollout.backend=vllm: the eval stage's rows come from vLLM (results.json names the generator) and the
+    base gate's probe (sft.gate.probe.backend follows eval's) samples through it too; both pass on the shipped
+    base, causal."""
+    from parathink.testing.vllm_server import check_installed
+
+    check_installed()
+    env = {**os.environ, "PARATHINK_VLLM_PYTHON": str(PYTHON), "VLLM_NO_USAGE_STATS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "parathink.cli", "run", "stages=[base,eval]", "tracking=none",
+         f"run_dir={tmp_path / 'run'}", "eval.models=[base]", "eval.mode=causal", "eval.rollout.backend=vllm",
+         "eval.sets.easy.n=50", "eval.sets.easy.k=4", "eval.sets.hard=null"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    row = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())["stages"]["base"]["easy"]
+    assert row["generator"] == "vllm:causal" and row["n"] == 200 and row["accuracy"] > 0.3, row
+    gate = (tmp_path / "run" / "base" / "_gates").rglob("*.json")
+    assert any("probe_accuracy" in p.read_text() for p in gate), "the base gate did not probe"
+    probes = list((tmp_path / "run").rglob("probe-*.json"))
+    assert probes and all(json.loads(p.read_text())["backend"] == "vllm" for p in probes), probes

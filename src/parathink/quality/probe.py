@@ -144,7 +144,7 @@ def cached_sample(model_dir: Path | str, model_id: str, spec: ProbeSpec, grammar
     figures = sample(model_dir, spec, grammar, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**figures, "model": model_id}), encoding="utf-8")
+    tmp.write_text(json.dumps({**figures, "model": model_id, "backend": spec.backend}), encoding="utf-8")
     os.replace(tmp, path)
     return figures, False
 
