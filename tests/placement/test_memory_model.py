@@ -237,6 +237,23 @@ def test_the_rl_update_counts_no_mask_for_the_causal_grammar_and_the_device_mask
     assert structured.parts["activations"] - causal == 8 * 5000**2 * 2  # the mask, 0.37 GiB
 
 
+def test_vllm_rollouts_count_vllms_copy_of_the_weights_and_leave_the_kv_cache_the_rest():
+    """rollout.backend=vllm: the colocated engine holds its own weights on the GPU (bf16 Qwen3-4B: 7.5 GiB); with
+    the same capacity the KV cache it gets is that much smaller, and the estimate still fits."""
+    from parathink.placement.memory_model import rl_budget
+
+    from parathink.pipeline.compose import resolve_config_path
+
+    section = {"deepspeed": resolve_config_path("hydra_conf/deepspeed/zero2.json"), "token_budget": 5000,
+               "micro_batch_size": 8, "gradient_checkpointing": True, "logprob_chunk_tokens": 1024,
+               "rollout_batch_size": 64, "kv_cache_gib": 0.0, "mode": "causal"}
+    native = rl_budget(QWEN3_4B, 2, section, "rl_easy", 8, 80 * GIB)
+    vllm = rl_budget(QWEN3_4B, 2, {**section, "rollout": {"backend": "vllm"}}, "rl_easy", 8, 80 * GIB)
+    assert vllm.parts["weights"] - native.parts["weights"] == QWEN3_4B.params * 2
+    assert native.parts["kv_cache"] - vllm.parts["kv_cache"] == QWEN3_4B.params * 2
+    assert vllm.estimate <= 80 * GIB
+
+
 def test_scale_cpu_gives_every_stage_that_holds_a_model_an_estimate_from_the_tiny_shape(capsys):
     """Under scale=cpu (CPU placements, the tiny model whose vocabulary only its config.json names) every stage
     that holds a model has an estimate for the rehearsal's peak to meet: no CUDA workspace, no capacity."""

@@ -423,6 +423,10 @@ def rl_budget(arch: Arch, w: int, s, stage: str, gpus: int, capacity: int | None
     zero = _zero(_get(s, "deepspeed"))
     parts = states(arch.params, w, gpus, zero, trains=True, whole_copy=zero == 3)
     parts["weights"] += folded_weights(arch, w)  # the engine's copy, beside the training model
+    if _get(_get(s, "rollout") or {}, "backend", "native") == "vllm":
+        # vLLM colocated (parathink.vllm_rollout): its own copy of the weights, in its process on the same GPU; its
+        # KV cache is the kv_cache part below. Its activations and CUDA graphs are not counted (enforce_eager).
+        parts["weights"] += arch.params * w
     # A sampled row is at most token_budget tokens (its prompt and RLConfig.response_tokens: token_budget less the
     # call's longest prompt), a micro-batch at most micro_batch_size rows (training.rl.micro_batches) padded to
     # its longest: whatever a run samples, at most rows x token_budget padded tokens, and with micro_batch_tokens
