@@ -240,9 +240,8 @@ def test_the_rl_update_counts_no_mask_for_the_causal_grammar_and_the_device_mask
 def test_vllm_rollouts_count_vllms_copy_of_the_weights_and_leave_the_kv_cache_the_rest():
     """rollout.backend=vllm: the colocated engine holds its own weights on the GPU (bf16 Qwen3-4B: 7.5 GiB); with
     the same capacity the KV cache it gets is that much smaller, and the estimate still fits."""
-    from parathink.placement.memory_model import rl_budget
-
     from parathink.pipeline.compose import resolve_config_path
+    from parathink.placement.memory_model import rl_budget
 
     section = {"deepspeed": resolve_config_path("hydra_conf/deepspeed/zero2.json"), "token_budget": 5000,
                "micro_batch_size": 8, "gradient_checkpointing": True, "logprob_chunk_tokens": 1024,
