@@ -163,14 +163,35 @@ def sets_tracking(overrides: Sequence[str]) -> bool:
     return bool(keys & {"tracking", "tracking.uri"})
 
 
+# The deployment's plain settings and the config keys they set: parathink.config.deployment's, written here again
+# because the DAGs parse without parathink installed (tests/dags/test_dag_form.py keeps the two lists equal).
+# PARATHINK_DATA_ROOTS is read by the form's policy where the plan runs; PARATHINK_HF_TOKEN_SECRET becomes a Secret.
+DEPLOYMENT_KEYS = {"PARATHINK_IMAGE": "cluster.image", "PARATHINK_IMAGE_PULL_POLICY": "cluster.image_pull_policy",
+                   "PARATHINK_NAMESPACE": "cluster.namespace", "PARATHINK_SERVICE_ACCOUNT": "cluster.service_account",
+                   "PARATHINK_MLFLOW_URI": "cluster.env.MLFLOW_TRACKING_URI",
+                   "PARATHINK_HF_ENDPOINT": "cluster.env.HF_ENDPOINT"}
+
+
 def deployment_overrides(env: Mapping[str, str]) -> list[str]:
     """What the deployment fixes for every run (helm/airflow-values.yaml ``env``), before the form's overrides:
-    ``PARATHINK_CLUSTER`` (a file of hydra_conf/cluster/) and ``PARATHINK_RUNS_ROOT`` (where run directories go)."""
+    ``PARATHINK_CLUSTER`` (a file of hydra_conf/cluster/), ``PARATHINK_RUNS_ROOT`` (where run directories go), the
+    image, namespace, service account, MLflow and hub settings (``DEPLOYMENT_KEYS``) and the hub token's Secret.
+    Every ``parathink`` call of the run gets them, the stage pods' included, so all compose the same config."""
     out = []
     if env.get("PARATHINK_CLUSTER"):
         out.append(f"cluster={env['PARATHINK_CLUSTER']}")
     if env.get("PARATHINK_RUNS_ROOT"):
         out.append(f"cluster.runs_root={env['PARATHINK_RUNS_ROOT']}")
+    for var, key in DEPLOYMENT_KEYS.items():
+        value = env.get(var, "").strip()
+        if value:
+            if "'" in value or "\n" in value:
+                raise FormError(f"{var}: a value with a quote or a newline is not a {key}")
+            out.append(f"{key}='{value}'")
+    secret = env.get("PARATHINK_HF_TOKEN_SECRET", "").strip()
+    if secret:
+        name, _, key = secret.partition(":")
+        out.append("+cluster.secrets.HF_TOKEN={secret: '" + name + "', key: '" + (key or "token") + "'}")
     return out
 
 

@@ -249,3 +249,23 @@ def test_the_deployment_fixes_the_cluster_profile_and_runs_root_before_the_users
                      overrides=["sft.lr=1"], deployment=mine)
     assert args == ["experiment=parallel_r1_seen", *mine, "run_dir=${cluster.runs_root}/d/r", "seed=1", "sft.lr=1"]
     assert compose(args).run_dir == "s3://corp/runs/d/r"
+
+
+def test_the_dags_deployment_settings_are_parathinks_and_compose_as_they_would_from_the_environment():
+    """dags/ parses without parathink, so it writes the deployment's variables again (form.DEPLOYMENT_KEYS): the
+    same variables and keys as parathink.config.deployment, and the overrides it passes give the config the
+    environment gives."""
+    from parathink_airflow.form import DEPLOYMENT_KEYS, deployment_overrides
+
+    from parathink.config import deployment
+    from parathink.pipeline.compose import compose
+
+    theirs = {s.env: s.key for s in deployment.SETTINGS if s.kind == "value"}
+    assert {**DEPLOYMENT_KEYS, "PARATHINK_RUNS_ROOT": "cluster.runs_root"} == theirs  # runs_root: written above
+    env = {"PARATHINK_CLUSTER": "gpu", "PARATHINK_IMAGE": "reg.example.com/t@sha256:" + "0" * 64,
+           "PARATHINK_NAMESPACE": "ml", "PARATHINK_MLFLOW_URI": "https://mlflow.example.com",
+           "PARATHINK_HF_TOKEN_SECRET": "hub:tok"}
+    from_args = compose(["experiment=parallel_r1_seen", *deployment_overrides(env)])
+    from_env = compose(["experiment=parallel_r1_seen", *deployment.overrides(env)])
+    assert from_args.cluster == from_env.cluster
+    assert from_args.cluster.image == env["PARATHINK_IMAGE"] and from_args.cluster.secrets.HF_TOKEN.secret == "hub"

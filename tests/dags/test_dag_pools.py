@@ -2,6 +2,7 @@
 CPU stages do not. The DAG folder parsed as the dag-processor parses it, under the deployment's settings; the real
 scheduler running stage tasks in that pool is tests/e2e/test_dag_on_cluster.py's."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,39 @@ def test_the_pools_size_is_a_node_count(raw):
     with pytest.raises(ValueError, match=f"PARATHINK_GPU_POOL_SLOTS='{raw}': the GPU pool's node count"):
         pools.pool_slots({"PARATHINK_GPU_POOL_SLOTS": raw})
     assert pools.pool_slots({}) == 1 and pools.pool_slots({"PARATHINK_GPU_POOL_SLOTS": "4"}) == 4
+
+
+def test_the_packaged_gpu_list_is_the_gpu_profiles_and_the_environment_can_name_its_own(tmp_path):
+    """A DAG folder deployed alone (no hydra_conf beside it) takes the packaged gpu profile's list, or
+    PARATHINK_GPU_STAGES; another profile it cannot read fails with one line that names the variable."""
+    assert set(pools.PACKAGED_GPU_STAGES) == GPU_STAGES
+    alone = tmp_path / "no-hydra-conf"
+    assert pools.gpu_stages(alone, {"PARATHINK_CLUSTER": "gpu"}) == GPU_STAGES
+    assert pools.gpu_stages(alone, {"PARATHINK_CLUSTER": "gpu", "PARATHINK_GPU_STAGES": "sft, rl_hard"}) == \
+        {"sft", "rl_hard"}
+    with pytest.raises(ValueError, match="PARATHINK_CLUSTER='a100': no cluster profile .* set PARATHINK_GPU_STAGES"):
+        pools.gpu_stages(alone, {"PARATHINK_CLUSTER": "a100"})
+
+
+def test_the_dags_parse_in_an_airflow_without_parathink_from_a_folder_of_dags_alone(airflow_python, tmp_path):
+    """An existing Airflow given only dags/: its venv has no parathink and no hydra_conf lies beside the DAGs; both
+    DAGs parse under the gpu profile, their GPU stages in the pool."""
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "deployed" / "dags"
+    shutil.copytree(ROOT / "dags", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PATH": "/usr/bin:/bin", "AIRFLOW_HOME": str(tmp_path / "home"), "PARATHINK_CLUSTER": "gpu"}
+    assert subprocess.run([str(airflow_python), "-c", "import parathink"], capture_output=True, env=env,
+                          cwd=folder.parent).returncode != 0
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1])\n"
+              "from airflow.models.dagbag import DagBag\n"
+              "b = DagBag(dag_folder=sys.argv[1])\n"
+              "print(json.dumps({'errors': {k: v.splitlines()[-1] for k, v in b.import_errors.items()},\n"
+              "  'pools': {t.task_id: t.pool for t in b.dags['parathink_curriculum'].tasks}}))\n")
+    proc = subprocess.run([str(airflow_python), "-c", script, str(folder)], capture_output=True, text=True,
+                          env=env, cwd=folder.parent, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["errors"] == {}, result["errors"]
+    assert result["pools"]["sft"] == "parathink_gpu" and result["pools"]["filter"] == "default_pool"

@@ -48,8 +48,10 @@ def trainjob_manifest(p: Placement, command: list[str], name: str, owner: dict |
     pod_patch = {"metadata": {"labels": podspec.labels(p)},
                  "spec": podspec.pod_spec(p, [{k: node[k] for k in ("name", "volumeMounts", "securityContext")}])}
     # Not patchable through runtimePatches (Trainer's schema prunes them): restarts are the JobSet's; the deadline is
-    # the launcher pod's, which deletes this TrainJob when it is stopped.
+    # the launcher pod's, which deletes this TrainJob when it is stopped; whether the nodes mount a service-account
+    # token is the runtime's own pod template's (docs/deploy.md: set automountServiceAccountToken: false there).
     del pod_patch["spec"]["restartPolicy"], pod_patch["spec"]["activeDeadlineSeconds"]
+    del pod_patch["spec"]["automountServiceAccountToken"]
     if command[:3] != ["parathink", "stage", p.stage]:
         raise ValueError(f"a TrainJob runs `parathink stage {p.stage} ...` under torchrun, got {command[:3]}")
     metadata = {"name": name, "namespace": p.namespace, "labels": podspec.labels(p)}

@@ -40,7 +40,7 @@ def _launchers(cfg, placements: dict[str, Placement]) -> dict[str, Placement]:
 
     profile = {**OmegaConf.to_container(cfg.cluster, resolve=True), "gpu_stages": [], "stage_overrides": {}}
     # The launcher lives as long as the TrainJob it waits for: the stage's own timeout, not a CPU stage's.
-    return {s: dataclasses.replace(cluster.placement(profile, s), timeout_s=p.timeout_s)
+    return {s: dataclasses.replace(cluster.placement(profile, s), timeout_s=p.timeout_s, api_access=True)
             for s, p in placements.items() if p.nodes > 1}
 
 

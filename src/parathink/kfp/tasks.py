@@ -10,6 +10,9 @@ compile (``PodNotExpressible``) instead of being dropped. What KFP sets elsewher
   add ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]`` and the RuntimeDefault seccomp profile to
   every task container (kfp-kubernetes' ``set_security_context``), which is what the Pod asks for; ``fsGroup`` has
   no KFP counterpart (the KFP deployment's own default decides a PVC's group);
+- ``automountServiceAccountToken``: KFP's own driver and launcher run inside every task pod and reach the KFP API
+  server and ML Metadata with the pod's service-account token, so a KFP task keeps it (the run's service account,
+  set at submit time, decides what that token may do); the Airflow pods and the TrainJob's workers mount none;
 - ``startup_timeout_s`` has no per-task counterpart in KFP v2; ``timeout_s`` (the Pod's ``activeDeadlineSeconds``)
   is KFP's ``kubernetes.set_timeout``, which bounds the whole task.
 """
@@ -25,7 +28,8 @@ from kfp.dsl import PipelineTask
 from parathink.placement import podspec
 
 SET_BY_KFP = {"name", "command"}  # container fields KFP fills in itself (its launcher runs our component)
-SPEC_BY_RUN = {"serviceAccountName", "restartPolicy"}  # per run or KFP's own (module docstring)
+# per run or KFP's own (module docstring)
+SPEC_BY_RUN = {"serviceAccountName", "restartPolicy", "automountServiceAccountToken"}
 
 
 class PodNotExpressible(ValueError):

@@ -16,6 +16,8 @@ either way the error is one line naming the full key.
 
 from __future__ import annotations
 
+import os
+
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ConfigTypeError, ValidationError
 
@@ -73,10 +75,14 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from parathink.config import deployment
+
     GlobalHydra.instance().clear()
+    # the deployment's settings from its environment (config.deployment), before the caller's: those win
+    given = [*deployment.overrides(os.environ, list(overrides)), *overrides]
     try:
         with initialize_config_dir(version_base=None, config_dir=str(config_dir())):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+            cfg = hydra_compose(config_name="config", overrides=given)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(f"config: {_one_line(err)}") from err
     check_schema(cfg)  # what '+' added, what no YAML typed, bounds: one rule for every section (config_schema)

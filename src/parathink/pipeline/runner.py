@@ -560,12 +560,13 @@ def stage_aliases(name: str, overrides: list[str]) -> list[str]:
     return stage.expand_overrides(overrides) if stage.expand_overrides else overrides
 
 
-def plan_document(cfg: DictConfig, names: list[str]) -> dict:
+def plan_document(cfg: DictConfig, names: list[str], given: list[str] | None = None) -> dict:
     """What an orchestrator needs to place a run: its stages in order, each stage's placement, the tracking store.
 
     The config is validated exactly as ``parathink run`` validates it, so a bad override fails here, in seconds,
     with the same one-line error (docs/orchestration.md).
     """
+    from parathink.config import deployment
     from parathink.placement import cluster, podspec
 
     specs = validate(cfg, names)  # each stage loaded once: its role is read off the spec validate loaded
@@ -579,6 +580,9 @@ def plan_document(cfg: DictConfig, names: list[str]) -> dict:
         "stages": names,
         "cluster": {"name": str(cfg.cluster.name), "accelerator": str(cfg.cluster.accelerator),
                     "runs_root": str(cfg.cluster.runs_root)},
+        # What the deployment set and where each came from: the command line, its environment, the profile
+        # (config.deployment).
+        "deployment": deployment.provenance(os.environ, list(given or []), cfg),
         # Where every pod of a cluster finds the run directory, or null when none can (placement.cluster.pod_run_dir).
         "pod_run_dir": cluster.pod_run_dir(str(cfg.run_dir), str(cfg.cluster.runs_root),
                                            next(iter(placements.values())).volume if placements else None),
@@ -597,7 +601,7 @@ def main_plan(overrides: list[str]) -> int:
     """``parathink plan [overrides]``: validate the config and print the run's placement as one JSON object."""
     def go():
         cfg = compose(overrides)
-        print(json.dumps(plan_document(cfg, [str(s) for s in cfg.stages]), indent=1))
+        print(json.dumps(plan_document(cfg, [str(s) for s in cfg.stages], overrides), indent=1))
     return guarded(go)
 
 

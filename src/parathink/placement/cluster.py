@@ -88,6 +88,9 @@ class Placement:
     # The vLLM teacher's engines over the pod's GPUs (teacher.vllm.parallel): {parallel: data | tensor, engines,
     # gpus_per_engine}; None for every other stage. Such a stage runs as one process: its engines are the GPUs' users.
     engines: dict[str, Any] | None = None
+    # The pod calls the Kubernetes API with its service account's token (the KFP launcher of a multi-node stage
+    # creates and watches its TrainJob); every other stage pod mounts no token (automountServiceAccountToken).
+    api_access: bool = False
     procs_per_node: int = field(init=False)
     # The argv that starts the stage's processes on each node, before its overrides (parathink.launch, which runs it):
     # ``torchrun --nproc_per_node N -m parathink.cli stage NAME`` for a single-node stage of N > 1 GPUs,
@@ -340,7 +343,9 @@ def placement(cfg, stage: str) -> Placement:
         namespace=str(_get(p, "namespace", w)),
         service_account=str(_get(p, "service_account", w)),
         shm_size=_shm(_get(p, "shm_size", w), kind, mine.get("resources", resources[kind])),
-        env=_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME),
+        # PARATHINK_IMAGE: the image the pod runs, one meaning everywhere (config.deployment sets the image from it,
+        # tracking.lineage records it in each stage's MLflow run)
+        env={**_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME), "PARATHINK_IMAGE": str(_get(p, "image", w))},
         secrets=_secrets(_get(p, "secrets", w) or {}, f"{w}.secrets"),
         volume=_volume(_get(p, "volume", w), f"{w}.volume"),
         scratch=_scratch(p.get("scratch"), kind, f"{w}.scratch"),

@@ -103,7 +103,10 @@ def pod_spec(p: Placement, containers: list[dict[str, Any]]) -> dict[str, Any]:
     orchestrator retries a stage, with its own backoff, by exit code)."""
     vols, _ = volumes(p)
     spec: dict[str, Any] = {"serviceAccountName": p.service_account, "restartPolicy": "Never",
-                            "activeDeadlineSeconds": p.timeout_s}  # a hung stage stops holding its GPUs
+                            "activeDeadlineSeconds": p.timeout_s,  # a hung stage stops holding its GPUs
+                            # no API token in a stage's pod unless it calls the API (the TrainJob launcher): a stage
+                            # that only reads and writes S3 and MLflow has no use for the runner's RBAC
+                            "automountServiceAccountToken": p.api_access}
     if p.node_selector:
         spec["nodeSelector"] = dict(p.node_selector)
     if p.tolerations:
