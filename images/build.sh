@@ -90,7 +90,7 @@ one() {  # one NAME: the image NAME (and what it needs first)
       fi
       build orchestrator images/orchestrator/Dockerfile --build-arg "AIRFLOW_IMAGE=$AIRFLOW_IMAGE" ;;
     postgres|s3) build "$1-offline" "images/offline/$1/Dockerfile" ;;
-    trainer)     build trainer images/trainer/Dockerfile ;;  # CUDA: needs nvidia/cuda and ghcr.io (a registry)
+    trainer)     build trainer images/trainer/Dockerfile ;;  # CUDA: torch's PyPI wheel brings CUDA, ~10 GB
   esac
 }
 

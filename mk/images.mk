@@ -4,8 +4,9 @@
 # size and build time. Where no registry can be reached (this machine), the Python base and the official Airflow
 # image are offline stand-ins (images/offline/). Layers are cached in podman's store (/var/lib/containers),
 # outside the checkout: a machine builds them once, a later `make images` rebuilds only what changed.
-# The CUDA trainer needs nvidia/cuda and a GPU-less build still pulls from registries: `make image-trainer-cuda`
-# on a machine with registry access (docs/deploy.md).
+# `make image-trainer-cuda`: the CUDA trainer from the same Python base (torch's PyPI wheel brings CUDA and NCCL),
+# then its check inside the image (images/trainer/check.sh: bench-results/trainer_cuda_image.json). Not part of
+# `make images` or CI: ~10 GB of wheels (docs/deploy.md gives its size and build time).
 
 IMAGES ?= trainer-cpu orchestrator mlflow postgres s3
 # runc and explicit ulimits (images/offline/containers.conf says why); every podman call of make reads it.
@@ -18,7 +19,8 @@ images: podman
 	nice -n 10 bash images/build.sh $(IMAGES)
 
 image-trainer-cuda: podman
-	bash images/build.sh trainer
+	nice -n 10 bash images/build.sh trainer
+	bash images/trainer/check.sh localhost/parathink/trainer:$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 podman:
 	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null || { $(call APT_INSTALL,$(PODMAN_PACKAGES)); }

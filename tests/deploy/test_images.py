@@ -58,9 +58,32 @@ def test_final_stage_is_pinned_non_root_and_holds_no_secret(dockerfile):
 
 
 def test_trainer_builds_nothing_in_its_final_stage():
+    """The CUDA trainer starts from the CPU trainer's Python base (torch's PyPI wheel brings CUDA and NCCL): no NVIDIA
+    base or toolkit, nothing compiled, and its final stage installs the wheel alone, without resolving."""
+    text = (IMAGES / "trainer" / "Dockerfile").read_text()
+    assert set(re.findall(r"^FROM (\S+)", text, re.M)) == {"${PYTHON_IMAGE}"}
+    assert "nvidia/cuda" not in text and "flash-attn" not in text and "nvcc" not in text
     final = stages(IMAGES / "trainer" / "Dockerfile")[-1]
-    assert "-runtime-" in final.splitlines()[0] and "pip install" not in final and "devel" not in final
-    assert 'ENTRYPOINT ["parathink"]' in final
+    installs = re.findall(r"pip install[^\n]*", final)
+    assert installs == ["pip install --no-cache-dir --no-deps /tmp/wheels/parathink-*.whl && rm -rf /tmp/wheels \\"]
+    assert 'ENTRYPOINT ["parathink"]' in final and "COPY --from=vllm /opt/vllm/" in final
+
+
+# The CUDA major of PyPI's Linux wheel of each torch release the trainer image has pinned, and the oldest NVIDIA driver
+# that runs it (NVIDIA's CUDA compatibility table). A new torch pin fails here until its row is added and docs/deploy.md
+# states the same driver floor.
+TORCH_CUDA = {"2.13.0": (13, 580)}
+
+
+def test_the_trainer_images_torch_cuda_and_driver_floor_are_what_the_docs_state():
+    pin = next(line.split("==")[1] for line in (IMAGES / "trainer" / "requirements.txt").read_text().splitlines()
+               if line.startswith("torch=="))
+    assert pin in TORCH_CUDA, f"torch=={pin}: add its CUDA major and driver floor to TORCH_CUDA"
+    major, driver = TORCH_CUDA[pin]
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert f"CUDA {major} build" in docs and f"driver >= {driver}" in docs, (major, driver)
+    assert f"driver (>= {driver}" in (IMAGES / "trainer" / "Dockerfile").read_text() or \
+        f">= {driver}" in (IMAGES / "trainer" / "Dockerfile").read_text()
 
 
 def test_requirements_are_pinned_and_match_what_the_tests_run():
