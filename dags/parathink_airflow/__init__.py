@@ -9,6 +9,7 @@ The DAG processor skips this package (``dags/.airflowignore``); the DAG files im
   shell);
 - ``tasks``: the tasks themselves (plan, one per stage, kubeflow, promote) and the retry policy;
 - ``factory``: the DAG built from them;
+- ``compat``: the oldest Airflow they parse on (3.3, checked here at import) and who may run them (pure);
 
 ``make airflow``'s launcher (api-server, scheduler, dag-processor on 127.0.0.1) is ``tools/local_airflow.py``: this
 folder ships into the scheduler's DAG folder, so developer tools live outside it.
@@ -16,3 +17,12 @@ folder ships into the scheduler's DAG folder, so developer tools live outside it
 "Pure" modules import neither Airflow nor parathink, so the main test venv checks them directly. No module here
 imports torch, transformers or parathink: every stage runs as the ``parathink`` command.
 """
+
+from parathink_airflow.compat import require_airflow
+
+try:
+    import airflow as _airflow
+except ImportError:  # the pure modules are imported without Airflow (the main test venv)
+    _airflow = None
+if _airflow is not None and hasattr(_airflow, "__version__"):
+    require_airflow(_airflow.__version__)  # one line on an Airflow < 3.3, not an ImportError deep in its SDK

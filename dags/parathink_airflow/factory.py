@@ -7,12 +7,14 @@ failure is ``upstream_failed``, ``promote`` included.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import TriggerRule, dag, task
 
 from parathink_airflow import tasks
 from parathink_airflow.chain import SLOTS
+from parathink_airflow.compat import access_control
 from parathink_airflow.params import config_root, form
 from parathink_airflow.pools import task_pools
 
@@ -27,9 +29,11 @@ PLAN_TIMEOUT = timedelta(minutes=10)  # composing and validating takes seconds; 
 def curriculum_dag(dag_id: str, *, schedule, nightly: bool, doc_md: str, **dag_kwargs):
     """The curriculum DAG: ``nightly`` names run directories by date, derives the seed from it and promotes."""
 
+    roles = access_control(os.environ)  # who may see and trigger it (compat.py); None: Airflow's defaults
+
     @dag(dag_id=dag_id, schedule=schedule, start_date=START, catchup=False, doc_md=doc_md,
          params=form(promote=nightly, nightly=nightly), tags=["parathink"],
-         **dag_kwargs)
+         **({"access_control": roles} if roles else {}), **dag_kwargs)
     def curriculum():
         run = task(task_id="plan", retries=0, execution_timeout=PLAN_TIMEOUT)(tasks.plan)(dated_runs=nightly)
         stages = []

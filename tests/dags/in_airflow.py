@@ -50,6 +50,8 @@ def dagbag() -> dict:
             "catchup": dag.catchup,
             "upstream": {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks},
             "pools": {t.task_id: [t.pool, t.pool_slots] for t in dag.tasks},
+            "access_control": {role: {k: sorted(v) for k, v in perms.items()}
+                               for role, perms in (dag.access_control or {}).items()},
         }
     return {"import_errors": bag.import_errors, "parse_s": seconds, "dags": dags,
             "heavy_modules": [m for m in HEAVY if m in sys.modules]}

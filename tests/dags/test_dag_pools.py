@@ -83,3 +83,31 @@ def test_the_dags_parse_in_an_airflow_without_parathink_from_a_folder_of_dags_al
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}, result["errors"]
     assert result["pools"]["sft"] == "parathink_gpu" and result["pools"]["filter"] == "default_pool"
+
+
+@pytest.mark.parametrize("version, ok", [("3.3.2", True), ("3.4.0rc1", True), ("3.2.1", False), ("2.10.5", False)])
+def test_the_dags_name_the_oldest_airflow_they_parse_on(version, ok):
+    from parathink_airflow.compat import require_airflow
+
+    if ok:
+        require_airflow(version)
+    else:
+        with pytest.raises(ImportError, match=rf"parathink's DAGs need Airflow >= 3.3 .*this is Airflow {version}"):
+            require_airflow(version)
+
+
+def test_the_deployment_names_the_roles_that_may_run_the_dags(airflow_python, tmp_path):
+    """PARATHINK_DAG_ROLES becomes both DAGs' access_control (read and trigger); unset, Airflow's defaults."""
+    from parathink_airflow.compat import access_control
+
+    assert access_control({}) is None
+    assert access_control({"PARATHINK_DAG_ROLES": "ml-research, ml-platform"}) == {
+        r: {"DAGs": {"can_read", "can_edit"}, "DAG Runs": {"can_read", "can_create"}}
+        for r in ("ml-research", "ml-platform")}
+    result, _ = in_airflow(airflow_env(tmp_path, tmp_path, PARATHINK_DAG_ROLES="ml-research"), "dagbag")
+    assert result["import_errors"] == {}, result["import_errors"]
+    for dag_id, dag in result["dags"].items():
+        assert dag["access_control"] == {"ml-research": {"DAG Runs": ["can_create", "can_read"],
+                                                         "DAGs": ["can_edit", "can_read"]}}, dag_id
+    unset, _ = in_airflow(airflow_env(tmp_path, tmp_path), "dagbag")
+    assert all(not dag["access_control"] for dag in unset["dags"].values())
