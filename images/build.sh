@@ -67,6 +67,7 @@ build() {  # build NAME DOCKERFILE [podman build options...]
     mkdir -p "$CACHE/logs"
     # shellcheck disable=SC2086  # PIP_VOLUMES is a list of options, quoted by pip_build_conf.py
     eval podman build --layers --file "$file" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --label "io.parathink.inputs=$key" \
+      --build-arg "PARATHINK_BUILD_INPUTS=sha256:$key" \
       $PIP_VOLUMES '"$@"' --tag "$ref" --tag "$PREFIX/$name:$COMMIT" --tag "$PREFIX/$name:latest" . \
       > "$CACHE/logs/$name.log" 2>&1 || { tail -30 "$CACHE/logs/$name.log" >&2; echo "images: $name failed (log: $CACHE/logs/$name.log)" >&2; exit 1; }
   fi
