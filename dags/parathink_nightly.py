@@ -65,11 +65,16 @@ def data_digest(uri: str) -> str:
 
 
 def code_identity() -> str:
-    """What code a night runs: the image's digest in a deployment, else the checkout's commit and a digest of its
-    uncommitted changes (an edit is a change worth a night's training), else unknown (always a change)."""
-    image = os.environ.get("PARATHINK_IMAGE_DIGEST") or os.environ.get("PARATHINK_IMAGE")
-    if image:
-        return image
+    """What code a night runs. In a deployment: the image's digest (``PARATHINK_IMAGE_DIGEST``, or the reference when
+    it pins one), else the digest of what the worker's image was built from (``PARATHINK_BUILD_INPUTS``, which
+    images/build.sh bakes: the same source files as the trainer's). From a checkout: its commit and a digest of its
+    uncommitted changes (an edit is a change worth a night's training). Else the image's tag, else unknown (always
+    a change)."""
+    image = os.environ.get("PARATHINK_IMAGE", "")
+    for pinned in (os.environ.get("PARATHINK_IMAGE_DIGEST"), image if "@sha256:" in image else None,
+                   os.environ.get("PARATHINK_BUILD_INPUTS")):
+        if pinned:
+            return pinned
 
     def git(*args: str) -> str | None:
         try:
@@ -80,7 +85,7 @@ def code_identity() -> str:
 
     head = git("rev-parse", "HEAD")
     if not head:
-        return "unknown"
+        return image or "unknown"
     diff = git("diff", "HEAD", "--", str(CHECKOUT.parent)) or ""  # the whole checkout's, not only dags/
     return f"{head.strip()}+{hashlib.sha256(diff.encode()).hexdigest()[:12]}" if diff else head.strip()
 

@@ -88,3 +88,30 @@ def test_the_deployment_sets_the_forms_defaults_and_a_default_the_form_cannot_of
     bad, _ = in_airflow({**env, "PARATHINK_DEFAULT_EXECUTOR": "locla"}, "dagbag")
     (error,) = set(bad["import_errors"].values())
     assert "PARATHINK_DEFAULT_EXECUTOR='locla': not one of local, kubernetes, kfp" in error
+
+
+@pytest.mark.parametrize("env, identity", [
+    # a deployment pins the trainer by digest: that digest, whichever way it is given
+    ({"PARATHINK_IMAGE_DIGEST": "sha256:d1", "PARATHINK_BUILD_INPUTS": "sha256:b1"}, "sha256:d1"),
+    ({"PARATHINK_IMAGE": "reg/t@sha256:d2", "PARATHINK_BUILD_INPUTS": "sha256:b1"}, "reg/t@sha256:d2"),
+    # by tag: the digest images/build.sh baked into the worker's image (a tag may be pushed again)
+    ({"PARATHINK_IMAGE": "reg/t:0.1.0", "PARATHINK_BUILD_INPUTS": "sha256:b1"}, "sha256:b1"),
+    # no image identity and no checkout (the DAG file copied alone): the tag, else unknown (every night trains)
+    ({"PARATHINK_IMAGE": "reg/t:0.1.0"}, "reg/t:0.1.0"),
+    ({}, "unknown"),
+])
+def test_the_nightly_code_identity_in_a_deployment(airflow_python, tmp_path, env, identity):
+    """The nightly skips a night when neither the data nor the code changed: in a shipped image (no checkout) the
+    code's identity must come from the image, never be `unknown` when the build or the deployment says what it is."""
+    import shutil
+    import subprocess
+
+    from dag_helpers import AIRFLOW_PY, DAGS
+
+    shutil.copy(DAGS / "parathink_nightly.py", tmp_path)  # outside any git checkout
+    shutil.copytree(DAGS / "parathink_airflow", tmp_path / "parathink_airflow")
+    proc = subprocess.run([str(AIRFLOW_PY), "-W", "ignore", "-c", "import parathink_nightly as n; print(n.code_identity())"],
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AIRFLOW_HOME": str(tmp_path),
+                                             "PYTHONPATH": str(tmp_path), **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == identity

@@ -183,3 +183,12 @@ def test_orchestrator_dags_plan_from_the_image_layout(plan_venv, tmp_path):
     names, doc = json.loads(run([AIRFLOW_PY, "-c", code, dags], tmp_path, env).stdout.strip().splitlines()[-1])
     assert "parallel_r1_seen" in names and "tiny" in names
     assert doc["placement"]["teacher"]["node_selector"] == {"parathink.io/pool": "gpu"}
+
+
+@pytest.mark.parametrize("name", ["trainer", "trainer-cpu", "orchestrator"])
+def test_the_images_that_run_parathink_bake_what_they_were_built_from(name):
+    """images/build.sh passes its inputs key as PARATHINK_BUILD_INPUTS; an image that drops the ARG/ENV pair would
+    leave its pods' lineage and the nightly's code identity without it (and podman warns only)."""
+    final = stages(IMAGES / name / "Dockerfile")[-1]
+    assert 'ARG PARATHINK_BUILD_INPUTS=""' in final and "ENV PARATHINK_BUILD_INPUTS=${PARATHINK_BUILD_INPUTS}" in final
+    assert '--build-arg "PARATHINK_BUILD_INPUTS=sha256:$key"' in (IMAGES / "build.sh").read_text()

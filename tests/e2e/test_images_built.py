@@ -35,6 +35,15 @@ def test_image_is_tagged_with_version_commit_and_latest(name):
     assert any(t.rsplit(":", 1)[1] not in (version(), "latest") and len(t.rsplit(":", 1)[1]) == 12 for t in tags), tags
 
 
+@pytest.mark.parametrize("name", ("trainer-cpu", "orchestrator"))
+def test_the_image_knows_what_it_was_built_from(name):
+    """PARATHINK_BUILD_INPUTS in the image's environment is its inputs key (the label images/build.sh compares to
+    skip a rebuild): the code identity its pods' lineage and the nightly read."""
+    config = json.loads(podman("image", "inspect", f"{PREFIX}/{name}:{version()}").stdout)[0]["Config"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env.get("PARATHINK_BUILD_INPUTS") == "sha256:" + config["Labels"]["io.parathink.inputs"], env
+
+
 @pytest.mark.parametrize("name", IMAGES)
 def test_no_pip_configuration_in_any_layer(name):
     """pip's configuration reached the builds as volumes only: no pip.conf with content, no file of the host's

@@ -38,6 +38,7 @@ def test_the_environment_reaches_every_gpu_pod_and_the_plan_says_from_where(caps
         assert container["image"] == IMAGE and pod["metadata"]["namespace"] == "ml-research"
         assert pod["spec"]["serviceAccountName"] == "pt-stages"
         assert env["PARATHINK_IMAGE"]["value"] == IMAGE  # what tracking.lineage records for the stage's run
+        assert env["PARATHINK_IMAGE_DIGEST"]["value"] == "sha256:" + "ab" * 32  # the pinned digest, on its own
         assert env["MLFLOW_TRACKING_URI"]["value"] == "https://mlflow.example.com"
         assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hub-token", "key": "hf"}}
     where = doc["deployment"]

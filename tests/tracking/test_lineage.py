@@ -83,3 +83,10 @@ def test_a_tracked_run_carries_its_lineage_on_parent_and_stages(make_curriculum,
     # the candidate (tune, the best on the promote metric) also under final.* on the parent
     assert parent.data.tags["parathink.final_stage"] == "tune"
     assert parent.data.metrics["final.hard.accuracy"] == parent.data.metrics["tune.hard.accuracy"] == 0.19
+
+
+def test_an_image_pinned_by_tag_still_names_what_it_was_built_from():
+    """images/build.sh bakes PARATHINK_BUILD_INPUTS into every image: a run from a tag-pinned image still carries it."""
+    tags = lineage_tags({"PARATHINK_IMAGE": "reg/t:0.1.0", "PARATHINK_BUILD_INPUTS": "sha256:b1"}, run_dir="r",
+                        config_hash="h")
+    assert tags["parathink.build_inputs"] == "sha256:b1" and "parathink.image_digest" not in tags

@@ -187,6 +187,15 @@ def _tolerations(value: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
+def image_env(image: str) -> dict[str, str]:
+    """What a pod knows of its image: ``PARATHINK_IMAGE`` (the reference), and ``PARATHINK_IMAGE_DIGEST`` when the
+    reference pins a digest (``repo@sha256:...``, what a deployment should set): the code identity lineage records."""
+    env = {"PARATHINK_IMAGE": image}
+    if "@" in image:
+        env["PARATHINK_IMAGE_DIGEST"] = image.rsplit("@", 1)[1]
+    return env
+
+
 def _string_map(value: Any, where: str, keys: re.Pattern | None = None) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: must be a mapping, got {value!r}")
@@ -344,8 +353,8 @@ def placement(cfg, stage: str) -> Placement:
         service_account=str(_get(p, "service_account", w)),
         shm_size=_shm(_get(p, "shm_size", w), kind, mine.get("resources", resources[kind])),
         # PARATHINK_IMAGE: the image the pod runs, one meaning everywhere (config.deployment sets the image from it,
-        # tracking.lineage records it in each stage's MLflow run)
-        env={**_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME), "PARATHINK_IMAGE": str(_get(p, "image", w))},
+        # tracking.lineage records it in each stage's MLflow run), and its digest when the reference pins one
+        env={**_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME), **image_env(str(_get(p, "image", w)))},
         secrets=_secrets(_get(p, "secrets", w) or {}, f"{w}.secrets"),
         volume=_volume(_get(p, "volume", w), f"{w}.volume"),
         scratch=_scratch(p.get("scratch"), kind, f"{w}.scratch"),

@@ -5,8 +5,12 @@ trace it back to the commit, the container image and the Airflow or Kubeflow run
 value is read from the process's environment or the source tree, so the same tags appear whether the stage ran on a
 laptop, in an Airflow task or in a pod; an orchestrator passes what only it knows through environment variables:
 
-- ``PARATHINK_GIT_COMMIT``: the commit an image was built from (an image holds no ``.git``; ``make images`` bakes it).
-- ``PARATHINK_IMAGE``, ``PARATHINK_IMAGE_DIGEST``: the image reference and digest a pod runs.
+- ``PARATHINK_GIT_COMMIT``: the commit the code came from, where a launcher knows it and there is no checkout.
+- ``PARATHINK_IMAGE``, ``PARATHINK_IMAGE_DIGEST``: the image reference and digest a pod runs (the placement sets both;
+  the digest when the deployment pins the image by one, ``repo@sha256:...``).
+- ``PARATHINK_BUILD_INPUTS``: baked into every image by ``images/build.sh``: the digest of what it was built from
+  (its Dockerfile's options, its base images, every source file it copies). An image cannot hold its own digest (the
+  digest covers the config the variable would be in); this is the identity a pod of an image pinned by tag still has.
 - ``AIRFLOW_CTX_DAG_ID``, ``AIRFLOW_CTX_DAG_RUN_ID``, ``AIRFLOW_CTX_TRY_NUMBER``: Airflow's own task context
   variables (Airflow sets them for a task's subprocesses; the DAG forwards them into a stage pod).
 - ``PARATHINK_KFP_RUN_ID``: the Kubeflow Pipelines run (the pipeline passes its job-id placeholder).
@@ -27,6 +31,7 @@ SOURCE_DIR = Path(parathink.__file__).resolve().parent
 ENV_TAGS = {
     "PARATHINK_IMAGE": "parathink.image",
     "PARATHINK_IMAGE_DIGEST": "parathink.image_digest",
+    "PARATHINK_BUILD_INPUTS": "parathink.build_inputs",
     "AIRFLOW_CTX_DAG_ID": "airflow.dag_id",
     "AIRFLOW_CTX_DAG_RUN_ID": "airflow.run_id",
     "AIRFLOW_CTX_TRY_NUMBER": "airflow.try_number",
