@@ -26,6 +26,7 @@ ORCHESTRATOR_NS = "airflow"
 # The Secrets named by the chart's values and by hydra_conf/cluster/gpu.yaml (test values, not credentials).
 SECRETS = {"parathink-s3": {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
            "parathink-mlflow": {"username": "parathink", "password": "test"},
+           "parathink-mlflow-promote": {"username": "parathink-promote", "password": "test"},
            "parathink-mlflow-admin": {"username": "admin", "password": "test"},
            "parathink-postgres": {"username": "mlflow", "password": "test"}}
 

@@ -23,10 +23,11 @@ from built_images import PREFIX, version  # noqa: E402
 NAMESPACE = "parathink"
 S3_BUCKET = "parathink"
 # Test values, not credentials: the stand-ins accept anything, and they are never reachable from outside the node.
-# MLflow's basic-auth admin is also the stages' user (the chart's `parathink-mlflow` Secret): one user locally.
+# MLflow's basic-auth admin is also the stages' user (the chart's `parathink-mlflow` Secret, and promote's
+# `parathink-mlflow-promote`): one user locally.
 MLFLOW_USER = {"username": "parathink", "password": "local-test-password"}
 SECRETS = {"parathink-s3": {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
-           "parathink-mlflow": MLFLOW_USER,
+           "parathink-mlflow": MLFLOW_USER, "parathink-mlflow-promote": MLFLOW_USER,
            "parathink-mlflow-admin": {**MLFLOW_USER, "flask-secret-key": "local-test-csrf-key"},
            "parathink-postgres": {"username": "mlflow", "password": "local-test"}}
 READY_TIMEOUT_S = 600

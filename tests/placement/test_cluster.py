@@ -207,3 +207,17 @@ def test_the_vllm_teachers_engines_use_every_gpu_of_its_pod(overrides, engines):
 def test_a_teacher_launch_that_cannot_work_is_refused(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         cluster.placement(compose(["experiment=parallel_r1_seen", override]), "teacher")
+
+
+def test_promote_logs_in_as_its_own_mlflow_user_and_keeps_the_other_secrets():
+    """Only promote moves the registry's champion alias: its MLflow user replaces the stages' one (by variable), the
+    S3 keys stay; a stage's secrets are checked as the profile's are."""
+    cfg = compose(["experiment=parallel_r1_seen"])
+    plan = plan_of(cfg, ["sft", "promote"])
+    by_env = {name: {s.env: s.secret for s in p.secrets} for name, p in plan.items()}
+    assert by_env["promote"] == {**by_env["sft"], "MLFLOW_TRACKING_USERNAME": "parathink-mlflow-promote",
+                                 "MLFLOW_TRACKING_PASSWORD": "parathink-mlflow-promote"}
+    assert by_env["sft"]["MLFLOW_TRACKING_USERNAME"] == "parathink-mlflow"
+    bad = compose(["experiment=parallel_r1_seen", "+cluster.stage_overrides.sft.secrets.X={secret: 'A_b', key: k}"])
+    with pytest.raises(ConfigError, match=r"^cluster\.stage_overrides\.sft\.secrets\.X\.secret: 'A_b' is not a valid"):
+        cluster.placement(bad, "sft")

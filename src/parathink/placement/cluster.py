@@ -27,7 +27,9 @@ TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-OVERRIDABLE = {"gpus_per_node", "nodes", "resources", "timeout_s"}
+# secrets: a stage's own identity (promote's MLflow user may move the registry's aliases; the others may not), merged
+# over the profile's by variable.
+OVERRIDABLE = {"gpus_per_node", "nodes", "resources", "timeout_s", "secrets"}
 # Every key a profile may have (hydra_conf/cluster/*.yaml): a misspelt one ("sratch", "gpu_stage") would otherwise be
 # ignored and its default used in silence.
 PROFILE_KEYS = {"name", "accelerator", "image", "image_pull_policy", "namespace", "service_account", "runs_root",
@@ -224,6 +226,12 @@ def _secrets(value: Any, where: str) -> list[SecretRef]:
     return out
 
 
+def _stage_secrets(profile: list[SecretRef], stage: list[SecretRef]) -> list[SecretRef]:
+    """The profile's secrets with the stage's own in place of those of the same variable."""
+    mine = {r.env: r for r in stage}
+    return [mine.pop(r.env, r) for r in profile] + list(mine.values())
+
+
 BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 10**-3}
 
@@ -355,7 +363,8 @@ def placement(cfg, stage: str) -> Placement:
         # PARATHINK_IMAGE: the image the pod runs, one meaning everywhere (config.deployment sets the image from it,
         # tracking.lineage records it in each stage's MLflow run), and its digest when the reference pins one
         env={**_string_map(_get(p, "env", w) or {}, f"{w}.env", ENV_NAME), **image_env(str(_get(p, "image", w)))},
-        secrets=_secrets(_get(p, "secrets", w) or {}, f"{w}.secrets"),
+        secrets=_stage_secrets(_secrets(_get(p, "secrets", w) or {}, f"{w}.secrets"),
+                               _secrets(mine.get("secrets") or {}, f"{w}.stage_overrides.{stage}.secrets")),
         volume=_volume(_get(p, "volume", w), f"{w}.volume"),
         scratch=_scratch(p.get("scratch"), kind, f"{w}.scratch"),
         retries=_count(retries["max"], f"{w}.retries.max", 0),
