@@ -33,7 +33,9 @@ def chart_installed(cluster) -> list[dict]:
         cluster.core.create_namespace({"metadata": {"name": ns, "labels": labels}})
     for name, data in SECRETS.items():  # what docs/deploy.md has the platform team create before the install
         cluster.core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": name}, "stringData": data})
-    objects = installed(render())
+    # Nor ValidatingAdmissionPolicy (1.30): the chart's pod policy is left out here and checked with cel-python
+    # (tests/deploy/test_pod_policy.py).
+    objects = installed(render({"podPolicy": {"enabled": False}}))
     apply(cluster.api, objects)
     for sa in [o for o in objects if o["kind"] == "ServiceAccount"]:
         ensure_token_secret(cluster.core, NAMESPACE, sa["metadata"]["name"])

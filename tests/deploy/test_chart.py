@@ -26,7 +26,8 @@ def test_every_rendered_object_validates_strictly(values):
     for obj in objects:
         kubernetes_validate.validate(obj, KUBERNETES, strict=True)
     # The gpu-pool values switch every optional object on: the PVC and the GPU quota render too.
-    expected = {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "NetworkPolicy", "Pod"}
+    expected = {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "NetworkPolicy", "Pod",
+                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     if values:
         expected |= {"PersistentVolumeClaim", "ResourceQuota"}
     assert {o["kind"] for o in objects} == expected
