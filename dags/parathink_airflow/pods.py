@@ -89,9 +89,13 @@ def plan_pod(args: Sequence[str], env: Mapping[str, str], *, got_log: Callable[[
     class ReadLog(KubernetesPodOperatorCallback):
         @staticmethod
         def on_pod_completion(*, pod, client, mode, **kwargs) -> None:
-            if got_log is not None:
-                got_log(client.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace,
-                                                       container=PLAN_CONTAINER))
+            if got_log is None:
+                return
+            # The raw response: preloaded, the client json.loads a log that is one JSON document (the plan's,
+            # without a line on stderr) and returns that dict's Python repr as the "str" (seen on the API server).
+            response = client.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace,
+                                                      container=PLAN_CONTAINER, _preload_content=False)
+            got_log(response.data.decode("utf-8", "replace"))
 
     return _operator(plan_pod_template(env), ["plan", *args], task_id="plan-pod",
                      startup_timeout_s=PLAN_STARTUP_TIMEOUT_S, on_finish_action="delete_pod", get_logs=False,
@@ -121,19 +125,19 @@ def plan_document(code: int, log: str) -> dict:
                          f"{' | '.join(tail) or '(no output)'})")
 
 
-def plan_in_pod(args: Sequence[str], context: Mapping[str, Any], env: Mapping[str, str],
+def plan_in_pod(args: Sequence[str], task_context: Mapping[str, Any], env: Mapping[str, str],
                 say: Callable[[str], None], started: Callable[[Any], None] | None = None, **cluster) -> dict:
     """``parathink plan ARGS`` in a pod of the trainer image, as :func:`local.plan` runs it on the worker: the plan
     document, or PlanRefused with parathink's one line. ``started`` gets the operator before its pod is created
-    (the task's on_kill deletes it); ``say`` gets the plan's log when it fails (the task log); ``cluster``
-    (kubeconfig, context, conn_id) as :func:`plan_pod` takes them."""
+    (the task's on_kill deletes it); ``say`` gets the plan's log when it fails (the task log); ``task_context`` is
+    the Airflow task's; ``cluster`` (kubeconfig, context, conn_id) as :func:`plan_pod` takes them."""
     logs: list[str] = []
     operator = plan_pod(args, env, got_log=logs.append, **cluster)
     pod = operator.pod_template_dict
     say(f"plan: in a pod of {pod['spec']['containers'][0]['image']} in namespace {pod['metadata']['namespace']}")
     if started:
         started(operator)
-    code = run(operator, context)
+    code = run(operator, task_context)
     text = logs[-1] if logs else ""
     if code == 0 and not logs:
         raise PlanRefused(1, "plan: the plan pod succeeded but its log could not be read")

@@ -146,7 +146,9 @@ def plan(cases_file: str) -> list[dict]:
             proc = subprocess.run([parathink, *argv[1:]], cwd=cwd, env=env, capture_output=True,
                                   text=True, timeout=300)
         log = proc.stdout + proc.stderr
-        client = SimpleNamespace(read_namespaced_pod_log=lambda name, namespace, container: log)
+        # as the Kubernetes client answers with _preload_content=False: the raw response
+        client = SimpleNamespace(read_namespaced_pod_log=lambda name, namespace, container, _preload_content: (
+            SimpleNamespace(data=log.encode())))
         finished = SimpleNamespace(metadata=SimpleNamespace(name=request["metadata"]["name"],
                                                             namespace=request["metadata"]["namespace"]))
         for callback in operator.callbacks:
