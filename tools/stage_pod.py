@@ -3,12 +3,17 @@
     python tools/stage_pod.py request --plan plan.json --stage sft [-- OVERRIDE ...]
     python tools/stage_pod.py run --plan plan.json --stage teacher --kubeconfig KUBECONFIG \\
         [--context NAME] [--no-logs] [-- OVERRIDE ...]
+    python tools/stage_pod.py plan --kubeconfig KUBECONFIG [--context NAME] -- PLAN_ARGUMENT ...
 
 Run it with the Airflow venv's python (``.venv-airflow``: the cncf-kubernetes provider). ``plan.json`` is
 ``parathink plan [overrides] > plan.json``. ``request`` prints the pod the DAG would create
 (``build_pod_request_obj()`` as the Kubernetes API's JSON); ``run`` creates it with the DAG's own operator
 (``dags/parathink_airflow/pods.py``), waits, deletes it on success and exits with the stage's exit code. A
 developer's and operator's tool: it lives outside ``dags/``, which ships into the scheduler's DAG folder.
+
+``plan`` runs ``parathink plan PLAN_ARGUMENT...`` in the pod an Airflow worker without parathink plans in
+(``pods.plan_in_pod``: the trainer image of ``PARATHINK_IMAGE``, in ``PARATHINK_NAMESPACE``, ...) and prints its
+document, or exits with the plan's code and its one line.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dags"))  # the DAGs' package, as the scheduler has it
 
 from parathink_airflow.form import arguments
-from parathink_airflow.pods import pod_request, run, stage_pod
+from parathink_airflow.local import PlanRefused, SettingError
+from parathink_airflow.pods import plan_in_pod, pod_request, run, stage_pod
 
 
 def _standalone_context(stage: str) -> dict:
@@ -47,9 +53,9 @@ def plan_argv(plan: Mapping[str, Any], stage: str, extra: Sequence[str]) -> list
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="stage_pod.py", description="One parathink stage as the DAG's Kubernetes pod.")
-    p.add_argument("action", choices=("request", "run"))
-    p.add_argument("--plan", required=True, help="the JSON that `parathink plan [overrides]` printed")
-    p.add_argument("--stage", required=True)
+    p.add_argument("action", choices=("request", "run", "plan"))
+    p.add_argument("--plan", help="request, run: the JSON that `parathink plan [overrides]` printed")
+    p.add_argument("--stage", help="request, run: the stage")
     p.add_argument("--kubeconfig", help="run: the cluster's kubeconfig")
     p.add_argument("--context", help="run: a context of the kubeconfig")
     p.add_argument("--no-logs", action="store_true", help="run: do not follow the pod's log")
@@ -57,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args, overrides = p.parse_args(argv[:split]), argv[split + 1:]
+    if args.action == "plan":
+        return _plan(args, overrides)
+    if not args.plan or not args.stage:
+        p.error(f"{args.action} needs --plan and --stage")
     try:
         plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
         placement, pod = plan["placement"][args.stage], plan["pods"][args.stage]
@@ -77,6 +87,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(operator, _standalone_context(args.stage))
         request = pod_request(operator)
     print(json.dumps(request, indent=1, sort_keys=True))
+    return 0
+
+
+def _plan(args: argparse.Namespace, plan_args: Sequence[str]) -> int:
+    """``parathink plan PLAN_ARGS`` in the DAG's plan pod; its document on stdout."""
+    if not args.kubeconfig:
+        print("stage_pod.py: error: plan needs --kubeconfig", file=sys.stderr)
+        return 2
+    with _stdout_to_stderr():
+        try:
+            doc = plan_in_pod(plan_args, _standalone_context("plan"), os.environ,
+                              lambda line: print(line, file=sys.stderr),
+                              kubeconfig=args.kubeconfig, context=args.context, conn_id=None)
+        except (PlanRefused, SettingError) as err:
+            print(err, file=sys.stderr)
+            return getattr(err, "code", 2)
+    print(json.dumps(doc, indent=1))
     return 0
 
 

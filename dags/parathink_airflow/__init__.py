@@ -5,8 +5,8 @@ The DAG processor skips this package (``dags/.airflowignore``); the DAG files im
 - ``chain``: the fixed chain of stage tasks and which task runs which stage of a run (pure);
 - ``form``: the trigger form's values turned into ``parathink`` arguments, checked (pure);
 - ``local``: one ``parathink`` call as a subprocess, its output streamed into the task log (pure);
-- ``pods``: one stage as a ``KubernetesPodOperator`` pod from a placement (``tools/stage_pod.py`` runs it from a
-  shell);
+- ``pods``: one stage as a ``KubernetesPodOperator`` pod from a placement, and the plan's pod where the worker has
+  no ``parathink`` (``tools/stage_pod.py`` runs both from a shell);
 - ``tasks``: the tasks themselves (plan, one per stage, kubeflow, promote) and the retry policy;
 - ``factory``: the DAG built from them;
 - ``compat``: the oldest Airflow they parse on (3.3, checked here at import) and who may run them (pure);

@@ -90,7 +90,7 @@ def plan(dated_runs: bool) -> dict:
         form = Form.read(ctx["params"])
         run = _plan(form, ctx["dag"].dag_id, when.strftime("%Y-%m-%d") if dated_runs else run_name(dag_run.run_id),
                     form.seed if form.seed is not None else int(when.strftime("%Y%m%d")))
-    except (FormError, ChainError, local.PlanRefused, local.CommandMissing) as err:
+    except (FormError, ChainError, local.PlanRefused, local.CommandMissing, local.SettingError) as err:
         raise AirflowFailException(str(err)) from None
     run["kfp_run_name"] = f"{ctx['dag'].dag_id} {run_name(dag_run.run_id)}"  # one KFP run per DAG run, for every poke
     log.info("run directory %s, executor %s, stages %s%s", run["run_dir"], run["executor"],
@@ -115,6 +115,11 @@ def _skip_unused(ctx, run: Mapping[str, Any]) -> None:
 
 
 def _plan(form: Form, dag_id: str, name: str, seed: int) -> dict:
+    where = local.plan_in(os.environ)  # the worker's parathink, or a pod of the trainer image where it has none
+    if where == "pod" and form.executor != "kubernetes":
+        why = "this worker has no parathink" if local.find_command() is None else f"{local.PLAN_IN_ENV}=pod"
+        raise FormError(f"executor={form.executor}: its tasks run parathink on this Airflow worker, but the plan runs "
+                        f"in a pod ({why}); use executor=kubernetes")
     tracking_uri = os.environ.get("PARATHINK_TRACKING_URI") if form.executor == "local" else None
     deployment = deployment_overrides(os.environ)
 
@@ -122,7 +127,7 @@ def _plan(form: Form, dag_id: str, name: str, seed: int) -> dict:
         args = arguments(form.experiment, run_dir=run_dir, seed=seed, stages=stages, overrides=form.overrides,
                          tracking_uri=tracking_uri, deployment=deployment)
         mine = len(args) - len(form.overrides)  # the user's overrides come last: held to the form's allowlist
-        return local.plan([*args[:mine], "--form", *args[mine:]])
+        return _run_plan([*args[:mine], "--form", *args[mine:]], where)
 
     doc = plan_for(form.run_dir or default_run_dir(dag_id, name), list(form.stages) or None)
     stages = [s for s in doc["stages"] if s != "promote"]
@@ -139,6 +144,17 @@ def _plan(form: Form, dag_id: str, name: str, seed: int) -> dict:
                      tracking_uri=tracking_uri, deployment=deployment)
     return {"executor": form.executor, "run_dir": run_dir, "stages": stages, "promote": form.promote,
             "slots": slots, "placement": doc["placement"], "pods": doc["pods"], "args": args}
+
+
+def _run_plan(args: list[str], where: str) -> dict:
+    """``parathink plan ARGS`` on this worker or in a pod (pods.plan_in_pod): the same arguments, the same document,
+    the same one-line PlanRefused."""
+    if where == "worker":
+        return local.plan(args)
+    from parathink_airflow import pods
+
+    return pods.plan_in_pod(args, get_current_context(), os.environ, log.info,
+                            started=lambda operator: _kill_with(lambda: pods.stop(operator)))
 
 
 def _check_executor(executor: str, doc: Mapping[str, Any]) -> None:

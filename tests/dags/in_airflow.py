@@ -3,6 +3,7 @@
     python in_airflow.py dagbag                       # the DAG folder parsed as the dag-processor parses it
     python in_airflow.py dag-test RUNS.json           # one dag.test() per {dag_id, conf} in the file
     python in_airflow.py pods PLAN.json...            # each stage's pod request and operator settings
+    python in_airflow.py plan CASES.json              # the plan task's _plan per case, its pod run by a stand-in
 
 Prints one JSON line after the marker ``@@result``; the tests assert on it. The environment names AIRFLOW_HOME
 (a migrated database) and AIRFLOW__CORE__DAGS_FOLDER.
@@ -105,6 +106,78 @@ def pods(plan_files: list[str]) -> dict:
     return out
 
 
+def plan(cases_file: str) -> list[dict]:
+    """``tasks._plan`` of each case ``{params, env}`` (the form's params, the worker's environment), as the plan task
+    calls it; what it returned or the one line it failed with, the worker's ``parathink plan`` calls and the plan
+    pods' requests.
+
+    STAND-IN: no cluster here. ``pods.run`` is replaced by a stand-in kubelet that runs the operator's container
+    as fake_kubelet.py (tests/deploy) does: its command (``parathink ...``, from the pod request the operator would
+    send) as a process of this machine, with only the pod's environment (plus PATH, HOME and PYTHONPATH: the
+    "image"), its stdout and stderr as the pod's log, handed to the operator's callbacks as the provider hands a
+    finished pod, and its exit code returned. Everything else (decision, pod template, operator, log parsing, the
+    errors) is the DAG's own code.
+    """
+    import subprocess
+    import tempfile
+    from types import SimpleNamespace
+
+    sys.path.insert(0, os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    from parathink_airflow import local, pods, tasks
+    from parathink_airflow.form import Form
+
+    worker_calls, pod_requests = [], []
+    real_local_plan = local.plan
+    parathink = os.environ["PARATHINK_BIN"]  # the "image's" parathink, whatever a case does to the worker's
+    image_env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+
+    def local_plan(args):
+        worker_calls.append(list(args))
+        return real_local_plan(args)
+
+    def stand_in_run(operator, context):
+        request = pods.pod_request(operator)
+        pod_requests.append(request)
+        (container,) = request["spec"]["containers"]
+        argv = [*container.get("command", []), *container.get("args", [])]
+        assert argv[0] == "parathink", argv
+        env = {**image_env, "CI": "true", **{e["name"]: e["value"] for e in container.get("env", [])}}
+        with tempfile.TemporaryDirectory(prefix="stand-in-kubelet-") as cwd:
+            proc = subprocess.run([parathink, *argv[1:]], cwd=cwd, env=env, capture_output=True,
+                                  text=True, timeout=300)
+        log = proc.stdout + proc.stderr
+        # as the Kubernetes client answers with _preload_content=False: the raw response
+        client = SimpleNamespace(read_namespaced_pod_log=lambda name, namespace, container, _preload_content: (
+            SimpleNamespace(data=log.encode())))
+        finished = SimpleNamespace(metadata=SimpleNamespace(name=request["metadata"]["name"],
+                                                            namespace=request["metadata"]["namespace"]))
+        for callback in operator.callbacks:
+            callback.on_pod_completion(pod=finished, client=client, mode="sync", operator=operator, context=context)
+        return proc.returncode
+
+    ti = SimpleNamespace(task=SimpleNamespace(on_kill=None))
+    tasks.get_current_context = lambda: {"ti": ti}
+    local.plan, pods.run = local_plan, stand_in_run
+    out = []
+    saved = dict(os.environ)
+    for case in json.loads(Path(cases_file).read_text()):
+        worker_calls.clear()
+        pod_requests.clear()
+        ti.task.on_kill = None
+        os.environ.clear()
+        os.environ.update({k: v for k, v in saved.items() if k not in case.get("unset", [])}, **case["env"])
+        try:
+            result = {"plan": tasks._plan(Form.read(case["params"]), "parathink_curriculum", "case", 7)}
+        except Exception as err:  # what the plan task turns into its one-line failure
+            result = {"error": f"{type(err).__name__}: {err}"}
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        out.append({**result, "worker_calls": list(worker_calls), "pod_requests": list(pod_requests),
+                    "on_kill": ti.task.on_kill is not None})
+    return out
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "dagbag":
         result = dagbag()
@@ -112,6 +185,8 @@ def main(argv: list[str]) -> int:
         result = dag_test(argv[1])
     elif argv[0] == "pods":
         result = pods(argv[1:])
+    elif argv[0] == "plan":
+        result = plan(argv[1])
     else:
         print(f"in_airflow.py: unknown command {argv[0]!r}", file=sys.stderr)
         return 2
