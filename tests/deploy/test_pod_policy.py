@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import celpy
 import pytest
-from parathink_chart import NAMESPACE, hooks, render
+from parathink_chart import NAMESPACE, ROOT, hooks, render
 
 from parathink import cli
 from parathink.kfp.plan import make_plan, objects
@@ -75,6 +76,11 @@ def test_every_pod_parathink_makes_is_admitted(capsys):
         assert admit(vap, {"metadata": {}, "spec": node}, "system:serviceaccount:kube-system:job-controller") == []
     (helm_test,) = hooks(render())
     assert admit(vap, helm_test, "kubernetes-admin") == []
+    # the DAG's plan pod, where the Airflow worker has no parathink
+    sys.path.insert(0, str(ROOT / "dags"))
+    from parathink_airflow.pods import plan_pod_template
+
+    assert admit(vap, plan_pod_template({"PARATHINK_IMAGE": "reg/t@sha256:" + "0" * 64})) == []
 
 
 def _pod_specs(node) -> list[dict]:
