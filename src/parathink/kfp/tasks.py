@@ -5,7 +5,8 @@ KFP builds the pod itself, so the Pod is translated field by field; a field this
 compile (``PodNotExpressible``) instead of being dropped. What KFP sets elsewhere, said here once:
 
 - ``metadata.name`` (KFP names its pods), ``namespace`` and ``serviceAccountName`` (per run: ``kfp.Client`` sets them
-  at submit time, :mod:`parathink.kfp.submit`), ``restartPolicy`` (KFP's pods never restart; retries are ours);
+  at submit time, :mod:`parathink.kfp.submit`), ``restartPolicy`` (KFP's pods never restart; a lost pod is retried
+  by KFP's retry policy, :func:`retry_lost_pods`);
 - the security context: kfp-kubernetes sets the pod's user, group and ``runAsNonRoot``; KFP's compiler and backend
   add ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]`` and the RuntimeDefault seccomp profile to
   every task container (kfp-kubernetes' ``set_security_context``), which is what the Pod asks for; ``fsGroup`` has
@@ -95,6 +96,20 @@ def _security(task: PipelineTask, pod_security: Mapping[str, Any], container_sec
     kubernetes.set_security_context(task, run_as_user=pod_security["runAsUser"],
                                     run_as_group=pod_security["runAsGroup"],
                                     run_as_non_root=pod_security["runAsNonRoot"])
+
+
+def retry_lost_pods(task: PipelineTask, retries: int, backoff_s: int) -> PipelineTask:
+    """KFP's retry policy on ``task``: up to ``retries`` new pods, ``backoff_s`` apart, when the task failed.
+
+    For a pod lost with its process (preempted, evicted, OOM-killed), which the component's in-process retries cannot
+    see. KFP cannot tell those from a stage's own exit 2 or 3 (or an exit 1 already retried): the component records
+    those as the task's verdict (parathink.kfp.verdict), and the retried pod exits with it at once. The profile's
+    ``retries`` and ``retry_backoff_s``, as for exit 1: an S3 lease of a killed stage expires in a minute
+    (parathink.rundir.lock), well within the backoff. No backoff growth: KFP's default factor would double it.
+    """
+    if retries > 0:
+        task.set_retry(num_retries=retries, backoff_duration=f"{backoff_s}s", backoff_factor=1.0)
+    return task
 
 
 def place(task: PipelineTask, pod: Mapping[str, Any], display_name: str) -> PipelineTask:
