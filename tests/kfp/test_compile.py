@@ -63,7 +63,9 @@ def test_gpu_profile_places_gpu_stages_on_the_pool(compile_pipeline):
         resources = container["resources"]
         assert (resources["resourceCpuRequest"], resources["resourceCpuLimit"]) == (p["resources"]["cpu"],) * 2
         assert (resources["resourceMemoryRequest"], resources["resourceMemoryLimit"]) == (p["resources"]["memory"],) * 2
-        assert {e["name"]: e["value"] for e in container["env"]} == p["env"]
+        # the chart's Service by its short name, qualified: KFP may run the pod in another namespace (test_namespaces)
+        mlflow = {"MLFLOW_TRACKING_URI": "http://parathink-mlflow.parathink.svc:5000"}
+        assert {e["name"]: e["value"] for e in container["env"]} == {**p["env"], **mlflow}
         secrets = [(s["secretName"], k["secretKey"], k["envVar"]) for s in k8s["secretAsEnv"] for k in s["keyToEnv"]]
         assert secrets == [(s["secret"], s["key"], s["env"]) for s in p["secrets"]]
         assert k8s["emptyDirMounts"][0]["sizeLimit"] == p["shm_size"]
