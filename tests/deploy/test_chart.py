@@ -197,6 +197,26 @@ def test_egress_is_dns_this_namespace_object_storage_and_the_hub_only_for_stages
     assert labelled == {"base", "teacher"}
 
 
+def test_kfp_task_pods_reach_kfps_control_plane_only_while_kfp_runs_tasks_here():
+    """KFP's driver and launcher run inside every KFP task pod and call the KFP API server (8887), ML Metadata (8080)
+    and KFP's object store (MinIO 9000, SeaweedFS 8333) in KFP's namespace; nothing of it when KFP is off here."""
+    kfp = _by_name(render(), "NetworkPolicy", "-kfp")["spec"]
+    assert kfp["podSelector"] == {} and kfp["policyTypes"] == ["Egress"]
+    assert kfp["egress"] == [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kubeflow"}}}],
+                              "ports": [{"port": p, "protocol": "TCP"} for p in (8887, 8080, 9000, 8333)]}]
+    moved = render({"networkPolicy": {"egress": {"kfpControlPlane": {"namespace": "kfp", "ports": [8887, 9000]}}}})
+    (rule,) = _by_name(moved, "NetworkPolicy", "-kfp")["spec"]["egress"]
+    assert rule["to"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "kfp"}
+    assert [p["port"] for p in rule["ports"]] == [8887, 9000]
+    off = render({"rbac": {"kfpTasks": False}})
+    assert not [o for o in off if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-kfp")]
+    assert _by_name(off, "NetworkPolicy", "-egress")  # the rest of the egress policy stays
+    for bad in ({"ports": []}, {"ports": [70000]}, {"namespace": "Kube_flow"}):
+        with helm.Chart.load(str(CHART)) as chart, pytest.raises(helm.HelmValuesError, match="kfpControlPlane"):
+            chart.render({"networkPolicy": {"egress": {"kfpControlPlane": bad}}}, name="parathink",
+                         namespace="parathink")
+
+
 def test_airflow_values_keep_task_logs_in_s3_pin_the_chart_and_set_defaults_that_run_there():
     """KubernetesExecutor deletes a worker pod when its task ends: the log must be in S3 by then (the official chart
     is not on a package registry, so its rendering of these values is not tested here; its version is pinned)."""

@@ -19,19 +19,24 @@ def _assert_chained(compiled: Compiled, stages: list[str]) -> None:
         assert compiled.param(task_name(stage), "stage") == stage
 
 
-def _assert_no_kfp_cache_or_retry(compiled: Compiled) -> None:
+def _assert_no_kfp_cache_and_lost_pods_retried(compiled: Compiled, plan: dict) -> None:
     for name, task in compiled.tasks.items():
         # `cachingOptions: {}` is enableCache false: the run directory's manifests decide what is up to date
         assert not task.get("cachingOptions", {}).get("enableCache", False), name
-        # retries happen in the component, on exit code 1 only; a KFP retry policy would retry exit 2 and 3 too
-        assert "retryPolicy" not in task, name
+        # KFP retries a lost pod as the profile says, at a steady backoff; the component's verdict keeps a retry
+        # from running exit 1 (retries spent), 2 or 3 again (parathink.kfp.verdict)
+        p = plan["placement"][compiled.param(name, "stage")]
+        assert task["retryPolicy"] == {"maxRetryCount": p["retries"], "backoffDuration": f"{p['retry_backoff_s']}s",
+                                       "backoffFactor": 1.0, "backoffMaxDuration": "3600s"}, name
+        # the verdict's key: KFP's run uuid, the same in every retry of a task and new in every submission
+        assert compiled.param(name, "run_id") == "{{$.pipeline_job_uuid}}", name
 
 
 def test_tiny_local_profile(compile_pipeline):
     plan = plan_json("experiment=tiny")
     compiled = compile_pipeline("experiment=tiny")
     _assert_chained(compiled, plan["stages"])
-    _assert_no_kfp_cache_or_retry(compiled)
+    _assert_no_kfp_cache_and_lost_pods_retried(compiled, plan)
     assert compiled.spec["root"]["inputDefinitions"]["parameters"]["run_dir"]["defaultValue"] == "runs/tiny"
     for stage in plan["stages"]:
         p, task = plan["placement"][stage], task_name(stage)
@@ -49,7 +54,7 @@ def test_gpu_profile_places_gpu_stages_on_the_pool(compile_pipeline):
     plan = plan_json(*SEEN)
     compiled = compile_pipeline(*SEEN)
     _assert_chained(compiled, plan["stages"])
-    _assert_no_kfp_cache_or_retry(compiled)
+    _assert_no_kfp_cache_and_lost_pods_retried(compiled, plan)
     gpu_stages = [s for s in plan["stages"] if plan["placement"][s]["gpu"]]
     assert "sft" in gpu_stages and "filter" not in gpu_stages
     for stage in plan["stages"]:
@@ -58,7 +63,9 @@ def test_gpu_profile_places_gpu_stages_on_the_pool(compile_pipeline):
         resources = container["resources"]
         assert (resources["resourceCpuRequest"], resources["resourceCpuLimit"]) == (p["resources"]["cpu"],) * 2
         assert (resources["resourceMemoryRequest"], resources["resourceMemoryLimit"]) == (p["resources"]["memory"],) * 2
-        assert {e["name"]: e["value"] for e in container["env"]} == p["env"]
+        # the chart's Service by its short name, qualified: KFP may run the pod in another namespace (test_namespaces)
+        mlflow = {"MLFLOW_TRACKING_URI": "http://parathink-mlflow.parathink.svc:5000"}
+        assert {e["name"]: e["value"] for e in container["env"]} == {**p["env"], **mlflow}
         secrets = [(s["secretName"], k["secretKey"], k["envVar"]) for s in k8s["secretAsEnv"] for k in s["keyToEnv"]]
         assert secrets == [(s["secret"], s["key"], s["env"]) for s in p["secrets"]]
         assert k8s["emptyDirMounts"][0]["sizeLimit"] == p["shm_size"]

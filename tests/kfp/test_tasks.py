@@ -53,11 +53,19 @@ def test_a_pod_field_kfp_cannot_carry_fails_the_compile(change):
         place(noop(), pod, "sft")  # the Pod as rendered goes through
 
 
-def test_each_task_gets_the_profiles_scratch_volume_sized_for_its_kind(compile_pipeline):
-    """gpu.yaml's scratch (a PVC made and deleted with the pod, over ~/.cache: hub downloads and an s3:// run's local
-    files) reaches every KFP task as a generic ephemeral volume; KFP has no ephemeral-storage resource to say it."""
+def test_each_task_gets_a_scratch_its_uid_can_write_sized_for_its_kind(compile_pipeline):
+    """gpu.yaml's scratch (over ~/.cache: hub downloads and an s3:// run's local files) is a generic ephemeral volume
+    in the Pod, writable by uid 1000 through the Pod's fsGroup; KFP has no fsGroup, so each KFP task gets it as an
+    emptyDir of the same size instead (the kubelet makes its folder 0777), and no PVC a non-root stage cannot write."""
     compiled = compile_pipeline(*SEEN)
     for stage, size in (("teacher", "200Gi"), ("filter", "10Gi")):
-        volumes = compiled.kubernetes(task_name(stage))["genericEphemeralVolume"]
-        assert volumes == [{"volumeName": "scratch", "mountPath": "/home/parathink/.cache",
-                            "accessModes": ["ReadWriteOnce"], "size": size, "defaultStorageClass": True}], stage
+        k8s = compiled.kubernetes(task_name(stage))
+        assert "genericEphemeralVolume" not in k8s and "pvcMount" not in k8s, stage
+        assert "fsGroup" not in k8s["securityContext"]  # what kfp-kubernetes cannot say, and why the emptyDir
+        scratch = [m for m in k8s["emptyDirMounts"] if m["volumeName"] == "scratch"]
+        assert scratch == [{"volumeName": "scratch", "mountPath": "/home/parathink/.cache", "sizeLimit": size}], stage
+        assert "medium" not in scratch[0]  # the node's disk, not memory (a memory emptyDir counts against the pod)
+        # the Pod rendering itself keeps the PVC and its fsGroup (Airflow and the TrainJob's pods set fsGroup)
+        pod = podspec.pod(cluster.placement(compose(SEEN), stage))
+        assert pod["spec"]["securityContext"]["fsGroup"] == 1000
+        assert any("ephemeral" in v for v in pod["spec"]["volumes"])

@@ -10,6 +10,10 @@ created; :func:`check_trainer`), 1 the TrainJob failed or did not
 start within ``startup_timeout_s`` (its status carries no exit code, so a failure is retried as exit 1 by the
 component; the stages that run on several nodes have no data-quality gate).
 
+The TrainJob goes to the namespace the launcher's own pod runs in (its service account's ``namespace`` file): KFP
+chose it (``kubeflow``, or a multi-user profile's), not the cluster profile, and the ownerReference to the
+launcher's Pod must stay within one namespace.
+
 The API server is reached with the pod's service account (in-cluster: ``KUBERNETES_SERVICE_HOST``, the mounted
 token and CA) through httpx, which parathink already depends on, so the trainer image needs no Kubernetes client.
 """
@@ -57,6 +61,14 @@ class KubeAPI:
                               f"{token}); it runs inside the KFP task of a multi-node stage")
         tls = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT_DIR / "ca.crt"))
         return cls(f"https://{host}:{port}", token.read_text().strip(), tls)
+
+    @staticmethod
+    def own_namespace() -> str | None:
+        """The namespace of the pod this runs in (None outside a pod with a mounted service account)."""
+        try:
+            return (SERVICE_ACCOUNT_DIR / "namespace").read_text().strip() or None
+        except OSError:
+            return None
 
     @staticmethod
     def path(manifest: dict, name: str | None = None) -> str:
@@ -184,8 +196,10 @@ def launch(api: KubeAPI, manifest: dict, startup_timeout_s: float, poll_s: float
         signal.signal(signal.SIGTERM, previous)
 
 
-def main_trainjob(stage: str, overrides: list[str], api: KubeAPI | None = None, poll_s: float = POLL_S) -> int:
-    """``parathink kfp trainjob NAME [overrides]`` (``api``: given by tests; in a pod, the in-cluster one)."""
+def main_trainjob(stage: str, overrides: list[str], api: KubeAPI | None = None, poll_s: float = POLL_S,
+                  namespace: str | None = None) -> int:
+    """``parathink kfp trainjob NAME [overrides]`` (``api``: given by tests; in a pod, the in-cluster one).
+    ``namespace``: where the TrainJob goes; in a pod, the pod's own; else (tests) the profile's."""
     from parathink.kfp.plan import make_plan, objects
 
     try:
@@ -195,6 +209,10 @@ def main_trainjob(stage: str, overrides: list[str], api: KubeAPI | None = None, 
             raise ConfigError(f"{stage}: the cluster profile puts it on one node; run `parathink stage {stage}`")
         in_pod = api is None
         api = api or KubeAPI.in_cluster()
+        namespace = namespace or (KubeAPI.own_namespace() if in_pod else None)
+        if namespace:
+            plan = plan.in_namespace(namespace)
+            p = plan.placements[stage]
     except ConfigError as err:
         print(f"parathink: error: {err}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from kfp import compiler, dsl
 
 from parathink.kfp.components import stage_component
 from parathink.kfp.plan import Plan
-from parathink.kfp.tasks import place
+from parathink.kfp.tasks import place, retry_lost_pods
 from parathink.placement import podspec
 
 
@@ -35,8 +35,10 @@ def build(plan: Plan):
             p = plan.placements[stage]
             task = stage_component(stage)(stage=stage, run_dir=previous, overrides=plan.overrides,
                                           trainjob=p.nodes > 1, retries=p.retries,
-                                          retry_backoff_s=p.retry_backoff_s)
+                                          retry_backoff_s=p.retry_backoff_s,
+                                          run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)  # keys the task's verdict
             place(task, podspec.pod(plan.task_placement(stage)), display_name=stage)
+            retry_lost_pods(task, p.retries, p.retry_backoff_s)
             previous = task.output
         return previous
 

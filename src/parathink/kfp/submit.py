@@ -3,7 +3,7 @@
 The run lands in the KFP experiment named after ``experiment_name``, under a run name with the seed and the time,
 with the profile's service account, and with KFP caching off for the whole run (the run directory's manifests
 decide what is up to date; docs/kubeflow.md, "Caching"). ``--wait`` follows the run to its end and exits 0 when it
-succeeded, 1 otherwise (naming the failed tasks): the components have already retried what may be retried, so an
+succeeded, 1 otherwise (naming the failed tasks): the components and KFP have already retried what may be retried, so an
 orchestrator calling this should not retry it.
 
 ``--namespace`` (the profile namespace of a multi-user KFP) and ``--token-file`` (a mounted token, e.g. the pod's

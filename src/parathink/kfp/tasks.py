@@ -5,11 +5,13 @@ KFP builds the pod itself, so the Pod is translated field by field; a field this
 compile (``PodNotExpressible``) instead of being dropped. What KFP sets elsewhere, said here once:
 
 - ``metadata.name`` (KFP names its pods), ``namespace`` and ``serviceAccountName`` (per run: ``kfp.Client`` sets them
-  at submit time, :mod:`parathink.kfp.submit`), ``restartPolicy`` (KFP's pods never restart; retries are ours);
+  at submit time, :mod:`parathink.kfp.submit`), ``restartPolicy`` (KFP's pods never restart; a lost pod is retried
+  by KFP's retry policy, :func:`retry_lost_pods`);
 - the security context: kfp-kubernetes sets the pod's user, group and ``runAsNonRoot``; KFP's compiler and backend
   add ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]`` and the RuntimeDefault seccomp profile to
   every task container (kfp-kubernetes' ``set_security_context``), which is what the Pod asks for; ``fsGroup`` has
-  no KFP counterpart (the KFP deployment's own default decides a PVC's group);
+  no KFP counterpart (the KFP deployment's own default decides a PVC's group), so the scratch volume, which only
+  ``fsGroup`` makes writable as a PVC, becomes an emptyDir (:func:`_scratch`);
 - ``automountServiceAccountToken``: KFP's own driver and launcher run inside every task pod and reach the KFP API
   server and ML Metadata with the pod's service-account token, so a KFP task keeps it (the run's service account,
   set at submit time, decides what that token may do); the Airflow pods and the TrainJob's workers mount none;
@@ -71,6 +73,23 @@ def _environment(task: PipelineTask, env: list[Mapping[str, Any]]) -> None:
             task.set_env_variable(var["name"], var["value"])
 
 
+def _scratch(task: PipelineTask, volume: Mapping[str, Any], mount_path: str) -> None:
+    """The scratch volume (a generic ephemeral volume in the Pod) as an emptyDir of the same size.
+
+    The Pod's ``fsGroup`` makes a fresh volume writable by the stage's uid; KFP has no ``fsGroup`` (module
+    docstring), and a new ext4 or xfs volume's root is root's, mode 755: the stage, uid 1000, could write nothing
+    under ~/.cache (the hub's downloads, an s3:// run's checkpoints) and would fail at its first download. The
+    kubelet makes an emptyDir's folder world-writable (0777), whatever the pod's security context. What it costs:
+    the space comes from the node's own disk (its ephemeral storage), not from a StorageClass, so the GPU nodes
+    need ``size`` of free local disk (``storage_class`` does not apply); ``sizeLimit`` keeps the limit, past which
+    the kubelet evicts the pod (KFP's retry then runs it again, and it fails again: a scratch too small for the
+    stage is a profile's error).
+    """
+    claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+    kubernetes.empty_dir_mount(task, volume_name=volume["name"], mount_path=mount_path,
+                               size_limit=claim["resources"]["requests"]["storage"])
+
+
 def _storage(task: PipelineTask, volumes: list[Mapping[str, Any]], mounts: list[Mapping[str, Any]]) -> None:
     where = {m["name"]: m["mountPath"] for m in mounts}
     for v in volumes:
@@ -80,11 +99,7 @@ def _storage(task: PipelineTask, volumes: list[Mapping[str, Any]], mounts: list[
         elif "persistentVolumeClaim" in v:
             kubernetes.mount_pvc(task, pvc_name=v["persistentVolumeClaim"]["claimName"], mount_path=where[v["name"]])
         elif "ephemeral" in v:
-            claim = v["ephemeral"]["volumeClaimTemplate"]["spec"]
-            kubernetes.add_ephemeral_volume(task, volume_name=v["name"], mount_path=where[v["name"]],
-                                            access_modes=claim["accessModes"],
-                                            size=claim["resources"]["requests"]["storage"],
-                                            storage_class_name=claim.get("storageClassName"))
+            _scratch(task, v, where[v["name"]])
         else:
             raise PodNotExpressible(f"volume {v['name']}: only emptyDir, PVC and ephemeral volumes are translated")
 
@@ -95,6 +110,20 @@ def _security(task: PipelineTask, pod_security: Mapping[str, Any], container_sec
     kubernetes.set_security_context(task, run_as_user=pod_security["runAsUser"],
                                     run_as_group=pod_security["runAsGroup"],
                                     run_as_non_root=pod_security["runAsNonRoot"])
+
+
+def retry_lost_pods(task: PipelineTask, retries: int, backoff_s: int) -> PipelineTask:
+    """KFP's retry policy on ``task``: up to ``retries`` new pods, ``backoff_s`` apart, when the task failed.
+
+    For a pod lost with its process (preempted, evicted, OOM-killed), which the component's in-process retries cannot
+    see. KFP cannot tell those from a stage's own exit 2 or 3 (or an exit 1 already retried): the component records
+    those as the task's verdict (parathink.kfp.verdict), and the retried pod exits with it at once. The profile's
+    ``retries`` and ``retry_backoff_s``, as for exit 1: an S3 lease of a killed stage expires in a minute
+    (parathink.rundir.lock), well within the backoff. No backoff growth: KFP's default factor would double it.
+    """
+    if retries > 0:
+        task.set_retry(num_retries=retries, backoff_duration=f"{backoff_s}s", backoff_factor=1.0)
+    return task
 
 
 def place(task: PipelineTask, pod: Mapping[str, Any], display_name: str) -> PipelineTask:
