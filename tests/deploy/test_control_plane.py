@@ -65,8 +65,12 @@ def test_everything_listens_on_loopback_only(cluster):
 
 def test_chart_installs_server_side(cluster, chart_installed):
     kinds = sorted(o["kind"] for o in chart_installed)
-    assert kinds == ["Deployment", *["NetworkPolicy"] * 5, "Role", "Role", "RoleBinding", "RoleBinding",
+    # six NetworkPolicies: the default values have KFP's tasks in the namespace (rbac.kfpTasks), so its control
+    # plane's egress renders too
+    assert kinds == ["Deployment", *["NetworkPolicy"] * 6, "Role", "Role", "RoleBinding", "RoleBinding",
                      "Service", "ServiceAccount", "ServiceAccount"]
+    policies = {o["metadata"]["name"] for o in chart_installed if o["kind"] == "NetworkPolicy"}
+    assert "parathink-kfp" in policies, policies
     deployment = client.AppsV1Api(cluster.api).read_namespaced_deployment("parathink-mlflow", NAMESPACE)
     assert deployment.spec.template.spec.security_context.run_as_non_root is True
     service = cluster.core.read_namespaced_service("parathink-mlflow", NAMESPACE)
