@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from parathink_airflow.form import DEPLOYMENT_KEYS
 from parathink_airflow.local import PlanRefused, SettingError, refused
 
 # ---------------------------------------------------------------- the plan's pod
@@ -39,9 +40,9 @@ PLAN_DEADLINE_S = 540  # activeDeadlineSeconds: the pod's whole life, its pull i
 # parathink.form_policy's PARATHINK_FORM_ALLOW and PARATHINK_DATA_ROOTS): the worker's values go into the pod, so the
 # plan there sees what it would see here. Worker-only settings (PARATHINK_BIN, PARATHINK_WORKDIR,
 # PARATHINK_CONFIG_DIR: paths on the worker) do not.
-PLAN_ENV = ("PARATHINK_CLUSTER", "PARATHINK_IMAGE", "PARATHINK_IMAGE_PULL_POLICY", "PARATHINK_NAMESPACE",
-            "PARATHINK_SERVICE_ACCOUNT", "PARATHINK_RUNS_ROOT", "PARATHINK_MLFLOW_URI", "PARATHINK_HF_ENDPOINT",
-            "PARATHINK_HF_TOKEN_SECRET", "PARATHINK_DATA_ROOTS", "PARATHINK_FORM_ALLOW")
+# The deployment's variables are form.DEPLOYMENT_KEYS and those deployment_overrides reads beside them.
+PLAN_ENV = ("PARATHINK_CLUSTER", "PARATHINK_RUNS_ROOT", *DEPLOYMENT_KEYS, "PARATHINK_HF_TOKEN_SECRET",
+            "PARATHINK_DATA_ROOTS", "PARATHINK_FORM_ALLOW")
 PLAN_CONTAINER = "main"
 
 
