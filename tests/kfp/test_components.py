@@ -3,6 +3,7 @@ the task's verdict, which a KFP retry of the task (a new pod, the same run id) e
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -89,7 +90,7 @@ import os, signal, subprocess, sys
 from pathlib import Path
 from parathink.kfp.components import parathink_stage
 run_dir, counter = sys.argv[1], Path(sys.argv[2])
-def killed(argv):
+def killed(argv, **_):
     counter.write_text(str(int(counter.read_text()) + 1) if counter.exists() else "1")
     return -signal.SIGKILL
 subprocess.call = killed
@@ -122,3 +123,12 @@ def test_one_component_per_stage_named_after_it():
 def test_metadata_lists_the_components_of_the_code():
     meta = yaml.safe_load((ROOT / "components" / "metadata.yaml").read_text())
     assert [c["name"] for c in meta["components"]] == list(STAGES)
+
+
+def test_the_stage_process_gets_the_kfp_run_id(tmp_path, monkeypatch):
+    """The run id that keys the verdict also reaches the stage as PARATHINK_KFP_RUN_ID (its MLflow run's kfp.run_id)."""
+    seen = []
+    monkeypatch.setattr(subprocess, "call", lambda argv, env=None: seen.append(env) or 0)
+    parathink_stage(stage="flaky", run_dir=str(tmp_path / "run"), overrides=[], trainjob=False, retries=0,
+                    retry_backoff_s=0, run_id=RUN_ID)
+    assert [e["PARATHINK_KFP_RUN_ID"] for e in seen] == [RUN_ID] and seen[0]["PATH"] == os.environ["PATH"]

@@ -47,6 +47,7 @@ def parathink_stage(stage: str, run_dir: str, overrides: List[str], trainjob: bo
     This source is copied into the compiled pipeline and runs in the task's container (the trainer image, which
     has parathink): it imports only the verdict module; the stage itself runs in a subprocess.
     """
+    import os
     import subprocess
     import sys
     import time
@@ -62,8 +63,10 @@ def parathink_stage(stage: str, run_dir: str, overrides: List[str], trainjob: bo
         sys.exit(earlier)
     command = ["kfp", "trainjob"] if trainjob else ["stage"]
     argv = [sys.executable, "-m", "parathink.cli", *command, stage, f"run_dir={run_dir}", *overrides]
+    # the same run id names the stage's MLflow run's KFP run (tracking.lineage's kfp.run_id tag)
+    env = {**os.environ, "PARATHINK_KFP_RUN_ID": run_id}
     for attempt in range(1, retries + 2):
-        code = subprocess.call(argv)
+        code = subprocess.call(argv, env=env)
         if code != 1 or attempt > retries:
             break
         print(f"parathink-kfp: stage {stage} exited 1 (attempt {attempt} of {retries + 1}); "

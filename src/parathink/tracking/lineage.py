@@ -13,7 +13,8 @@ laptop, in an Airflow task or in a pod; an orchestrator passes what only it know
   digest covers the config the variable would be in); this is the identity a pod of an image pinned by tag still has.
 - ``AIRFLOW_CTX_DAG_ID``, ``AIRFLOW_CTX_DAG_RUN_ID``, ``AIRFLOW_CTX_TRY_NUMBER``: Airflow's own task context
   variables (Airflow sets them for a task's subprocesses; the DAG forwards them into a stage pod).
-- ``PARATHINK_KFP_RUN_ID``: the Kubeflow Pipelines run (the pipeline passes its job-id placeholder).
+- ``PARATHINK_KFP_RUN_ID``: the Kubeflow Pipelines run (the component passes its job-id placeholder, the key of
+  its verdicts, to the stage's process; a multi-node stage's TrainJob pods do not get it).
 """
 
 from __future__ import annotations
